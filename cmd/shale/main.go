@@ -1,0 +1,30 @@
+// Command shale mounts stackable, cache-coherent file systems.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+var rootCmd = &cobra.Command{
+	Use:   "shale",
+	Short: "stackable, cache-coherent file systems",
+	Long: `shale composes file systems from layers over a local directory and serves
+them through FUSE.
+
+  shale mount LOWER MOUNTPOINT    mirror LOWER at MOUNTPOINT (the loop view)
+  shale umount MOUNTPOINT         end a mount`,
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+// main reports every user-facing error the same way: one line on stderr
+// and a non-zero exit. Commands word their errors as "what, where, what to do".
+func main() {
+	if err := rootCmd.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "shale: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,143 @@
+package layer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Attr is what stat(2) reports about a node.
+type Attr struct {
+	Ino     uint64 // the inode number to report; frontends may replace it
+	Mode    uint32 // type and permission bits
+	Nlink   uint32
+	Uid     uint32
+	Gid     uint32
+	Rdev    uint64
+	Size    uint64
+	Blocks  uint64 // 512-byte blocks
+	Blksize uint32
+	Atime   time.Time
+	Mtime   time.Time
+	Ctime   time.Time
+}
+
+// FromStat fills a from a host stat structure.
+func (a *Attr) FromStat(st *syscall.Stat_t) {
+	a.Ino = st.Ino
+	a.Mode = st.Mode
+	a.Nlink = uint32(st.Nlink)
+	a.Uid = st.Uid
+	a.Gid = st.Gid
+	a.Rdev = st.Rdev
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Blksize = uint32(st.Blksize)
+	a.Atime = time.Unix(st.Atim.Sec, st.Atim.Nsec)
+	a.Mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+	a.Ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+}
+
+// IsDir tells whether the node is a directory.
+func (a *Attr) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// SetAttr is a request to change attributes. Only the fields named in
+// Valid are meaningful.
+type SetAttr struct {
+	Valid SetAttrMask
+	Mode  uint32 // permission bits only
+	Uid   uint32
+	Gid   uint32
+	Size  uint64
+	Atime time.Time // with SetAtimeNow: the current time
+	Mtime time.Time
+}
+
+// SetAttrMask names the fields of a SetAttr to apply.
+type SetAttrMask uint32
+
+const (
+	SetMode SetAttrMask = 1 << iota
+	SetUid
+	SetGid
+	SetSize
+	SetAtime
+	SetMtime
+	SetAtimeNow
+	SetMtimeNow
+	SetCtime // ctime update only (e.g. after a chown that changed nothing)
+	// SetKillSuidgid asks to clear setuid/setgid as a write by the caller would.
+	SetKillSuidgid
+)
+
+// Statfs is what statfs(2) reports.
+type Statfs struct {
+	Blocks, Bfree, Bavail uint64
+	Files, Ffree          uint64
+	Bsize, Frsize         uint32
+	NameLen               uint32
+}
+
+// Lock is an advisory byte-range lock, as in fcntl(2): Type is F_RDLCK,
+// F_WRLCK or F_UNLCK; End is inclusive, with math.MaxUint64 for "to the end
+// of the file". Flock marks a whole-file flock(2) lock.
+type Lock struct {
+	Start, End uint64
+	Type       uint32
+	Pid        uint32
+	Flock      bool
+}
+
+// Caller is who makes a request.
+type Caller struct {
+	Uid, Gid uint32
+	Pid      uint32
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerOf returns the caller carried by ctx. Frontends attach it; code
+// that runs on shale's own behalf carries none and acts as the process.
+func CallerOf(ctx context.Context) (Caller, bool) {
+	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
+		return c, true
+	}
+	return Caller{}, false
+}
+
+// Groups returns the caller's supplementary groups. FUSE does not send
+// them, so they are read from /proc when a layer needs them.
+func (c Caller) Groups() ([]uint32, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.Pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "Groups:")
+		if !ok {
+			continue
+		}
+		var gs []uint32
+		for _, w := range strings.Fields(rest) {
+			g, err := strconv.ParseUint(w, 10, 32)
+			if err != nil {
+				return nil, err
+			}
+			gs = append(gs, uint32(g))
+		}
+		return gs, nil
+	}
+	return nil, fmt.Errorf("no Groups line in /proc/%d/status", c.Pid)
+}
