@@ -25,9 +25,12 @@ const OK Errno = 0
 
 // Token identifies a file for coherence. A simply-named layer (one whose
 // names and offsets mean the same above and below) returns the token of the
-// node beneath; a generally-named layer mints its own. Frontends use it as
-// the inode number, so two nodes with one token are one file (hard links).
-type Token uint64
+// node beneath; a generally-named layer mints its own. Frontends use Ino as
+// the inode number, so two nodes with one token are one file (hard links);
+// Gen tells apart files that reuse an inode number after a delete.
+type Token struct {
+	Ino, Gen uint64
+}
 
 // Node is a file system object: a regular file, directory, symlink, device,
 // fifo or socket. Methods that make no sense for a node's type return

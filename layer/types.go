@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Attr is what stat(2) reports about a node.
@@ -27,20 +29,20 @@ type Attr struct {
 	Ctime   time.Time
 }
 
-// FromStat fills a from a host stat structure.
-func (a *Attr) FromStat(st *syscall.Stat_t) {
+// FromStatx fills a from a host statx structure.
+func (a *Attr) FromStatx(st *unix.Statx_t) {
 	a.Ino = st.Ino
-	a.Mode = st.Mode
-	a.Nlink = uint32(st.Nlink)
+	a.Mode = uint32(st.Mode)
+	a.Nlink = st.Nlink
 	a.Uid = st.Uid
 	a.Gid = st.Gid
-	a.Rdev = st.Rdev
-	a.Size = uint64(st.Size)
-	a.Blocks = uint64(st.Blocks)
-	a.Blksize = uint32(st.Blksize)
-	a.Atime = time.Unix(st.Atim.Sec, st.Atim.Nsec)
-	a.Mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-	a.Ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	a.Rdev = unix.Mkdev(st.Rdev_major, st.Rdev_minor)
+	a.Size = st.Size
+	a.Blocks = st.Blocks
+	a.Blksize = st.Blksize
+	a.Atime = time.Unix(st.Atime.Sec, int64(st.Atime.Nsec))
+	a.Mtime = time.Unix(st.Mtime.Sec, int64(st.Mtime.Nsec))
+	a.Ctime = time.Unix(st.Ctime.Sec, int64(st.Ctime.Nsec))
 }
 
 // IsDir tells whether the node is a directory.

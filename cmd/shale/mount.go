@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/fuseview"
+	"github.com/shalefs/shale/hostfs"
+)
+
+type mountFlags struct {
+	foreground    bool
+	timeout       time.Duration
+	allowOther    bool
+	noPassthrough bool
+	debug         bool
+	logFile       string
+}
+
+// readyFdEnv names the descriptor on which a background child reports
+// that its mount is ready ("ok") or why it failed (one line).
+const readyFdEnv = "SHALE_READY_FD"
+
+func init() {
+	var f mountFlags
+	cmd := &cobra.Command{
+		Use:   "mount [flags] LOWER MOUNTPOINT",
+		Short: "mirror the directory LOWER at MOUNTPOINT",
+		Long: `Mount mirrors the directory LOWER at MOUNTPOINT through FUSE (the loop view).
+
+It returns once the mount is ready and keeps serving in the background; with -f
+it stays in the foreground (for systemd). End it with "shale umount MOUNTPOINT",
+plain umount, or SIGTERM/SIGINT to the serving process.
+
+As root the mount is open to every user (allow_other), and the kernel checks
+each user's permissions against those of LOWER (default_permissions). File data
+goes through FUSE passthrough when the kernel offers it.
+
+Changes made through the mount are never served stale. Changes made directly in
+LOWER by other programs are seen within --timeout (default 1s).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMount(cmd, &f, args[0], args[1])
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
+	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes; bounds how long changes made directly in LOWER go unseen")
+	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
+	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
+	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
+	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
+	rootCmd.AddCommand(cmd)
+}
+
+func runMount(cmd *cobra.Command, f *mountFlags, lower, mnt string) error {
+	lower, mnt, err := checkMountArgs(lower, mnt)
+	if err != nil {
+		return err
+	}
+	if f.debug && f.logFile == "" {
+		f.foreground = true
+	}
+	if !f.foreground && os.Getenv(readyFdEnv) == "" {
+		return daemonize()
+	}
+	return serve(f, lower, mnt)
+}
+
+// checkMountArgs checks LOWER and MOUNTPOINT and returns their absolute,
+// symlink-free forms.
+func checkMountArgs(lower, mnt string) (string, string, error) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return "", "", errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)")
+	}
+	lower, err := checkDir("lower directory", lower)
+	if err != nil {
+		return "", "", err
+	}
+	if err := unix.Access(lower, unix.R_OK|unix.X_OK); err != nil {
+		return "", "", fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err)
+	}
+	mnt, err = checkDir("mountpoint", mnt)
+	if err != nil {
+		return "", "", err
+	}
+	if mnt == lower || strings.HasPrefix(mnt, lower+"/") {
+		return "", "", fmt.Errorf("mountpoint %s is inside lower directory %s: choose a mountpoint outside it", mnt, lower)
+	}
+	if src, fstype, ok := mountedAt(mnt); ok {
+		return "", "", fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt)
+	}
+	return lower, mnt, nil
+}
+
+func checkDir(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %v", what, p, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return "", fmt.Errorf("%s %s is a dead FUSE mount: clear it with shale umount %s", what, abs, abs)
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("%s %s does not exist: create it (mkdir -p %s) or fix the path", what, abs, abs)
+	case err != nil:
+		return "", fmt.Errorf("%s %s: %v", what, abs, err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %v", what, real, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%s %s is not a directory", what, real)
+	}
+	return real, nil
+}
+
+// mountedAt reports whether dir is a mount point, and of what.
+func mountedAt(dir string) (source, fstype string, ok bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts... - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != dir {
+			continue
+		}
+		for i, w := range fields {
+			if w == "-" && i+2 < len(fields) {
+				source, fstype, ok = fields[i+2], fields[i+1], true
+			}
+		}
+	}
+	return source, fstype, ok
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// daemonize runs this command again in the background and waits until the
+// child reports that its mount is ready or why it is not.
+func daemonize() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self, os.Args[1:]...)
+	child.Env = append(os.Environ(), readyFdEnv+"=3")
+	child.ExtraFiles = []*os.File{w}
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		return fmt.Errorf("starting the serving process: %v", err)
+	}
+	w.Close()
+	msg, _ := io.ReadAll(r)
+	if s := strings.TrimSpace(string(msg)); s != "ok" {
+		if s == "" {
+			state, _ := child.Process.Wait()
+			s = fmt.Sprintf("the serving process ended before the mount was ready (%v)", state)
+		}
+		return errors.New(strings.TrimPrefix(s, "shale: "))
+	}
+	child.Process.Release()
+	return nil
+}
+
+// serve mounts and serves until the mount goes away.
+func serve(f *mountFlags, lower, mnt string) error {
+	var ready *os.File
+	if os.Getenv(readyFdEnv) != "" {
+		ready = os.NewFile(3, "ready")
+		os.Unsetenv(readyFdEnv)
+	}
+	logger, err := openLog(f, ready != nil)
+	if err != nil {
+		return report(ready, err)
+	}
+	raiseFileLimit()
+	root, err := hostfs.New(lower)
+	if err != nil {
+		return report(ready, fmt.Errorf("lower directory %s: %v", lower, err))
+	}
+	server, err := fuseview.Mount(mnt, root, fuseview.Options{
+		Timeout:     f.timeout,
+		AllowOther:  f.allowOther,
+		Passthrough: !f.noPassthrough,
+		Source:      lower,
+		Debug:       f.debug,
+	})
+	if err != nil {
+		return report(ready, fmt.Errorf("mounting %s at %s: %v", lower, mnt, err))
+	}
+	logger.Info("mounted", "lower", lower, "mountpoint", mnt)
+	if ready != nil {
+		ready.WriteString("ok\n")
+		ready.Close()
+		// Nothing else may write to the terminal of the caller.
+		if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+			for _, fd := range []int{0, 1, 2} {
+				unix.Dup2(int(null.Fd()), fd)
+			}
+		}
+	}
+	go endOnSignal(server, mnt, logger)
+	server.Wait()
+	logger.Info("unmounted", "mountpoint", mnt)
+	return nil
+}
+
+// report sends err to a waiting parent, if any, and returns it.
+func report(ready *os.File, err error) error {
+	if ready != nil {
+		fmt.Fprintf(ready, "%v\n", err)
+		ready.Close()
+	}
+	return err
+}
+
+func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
+	var w io.Writer = os.Stderr
+	switch {
+	case f.logFile != "":
+		lf, err := os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("log file %s: %v", f.logFile, err)
+		}
+		w = lf
+		if f.debug {
+			// go-fuse's request log goes to stderr.
+			unix.Dup2(int(lf.Fd()), 2)
+		}
+	case background:
+		w = io.Discard
+	}
+	return slog.New(slog.NewTextHandler(w, nil)), nil
+}
+
+// endOnSignal unmounts on SIGTERM or SIGINT. If files are still open the
+// mount is detached: new accesses fail, open files keep working, and the
+// process ends when the last of them is closed.
+func endOnSignal(server *fuse.Server, mnt string, logger *slog.Logger) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	logger.Info("unmounting", "signal", s.String())
+	if err := server.Unmount(); err != nil {
+		logger.Warn("mount busy; detaching it", "err", err)
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			logger.Error("detach failed", "err", err)
+		}
+	}
+}
+
+// raiseFileLimit lifts the descriptor limit: every file the kernel keeps
+// in its caches holds one descriptor of the lower directory.
+func raiseFileLimit() {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) != nil {
+		return
+	}
+	want := l
+	if os.Geteuid() == 0 {
+		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+			var n uint64
+			if _, err := fmt.Sscan(string(b), &n); err == nil && n > want.Max {
+				want.Max = n
+			}
+		}
+	}
+	want.Cur = want.Max
+	if unix.Setrlimit(unix.RLIMIT_NOFILE, &want) != nil {
+		l.Cur = l.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &l)
+	}
+}

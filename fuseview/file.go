@@ -1,0 +1,100 @@
+package fuseview
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// handle adapts a layer.Handle to go-fuse's file API.
+type handle struct {
+	h layer.Handle
+}
+
+// passthroughHandle is a handle whose data the kernel may read and write
+// directly in the host file (FUSE passthrough); go-fuse uses it when the
+// kernel and our privileges allow, and falls back to Read/Write otherwise.
+type passthroughHandle struct {
+	handle
+	p layer.Passthrougher
+}
+
+func (p *passthroughHandle) PassthroughFd() (int, bool) { return p.p.PassthroughFd() }
+
+func (v *view) newHandle(h layer.Handle) fs.FileHandle {
+	if p, ok := h.(layer.Passthrougher); ok && v.opts.Passthrough {
+		return &passthroughHandle{handle{h}, p}
+	}
+	return &handle{h}
+}
+
+// layerHandle returns the layer handle behind a go-fuse file handle, or nil.
+func layerHandle(f fs.FileHandle) layer.Handle {
+	switch h := f.(type) {
+	case *handle:
+		return h.h
+	case *passthroughHandle:
+		return h.h
+	}
+	return nil
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, e := h.h.Read(caller(ctx), dest, off)
+	if e != 0 {
+		return nil, e
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	k, e := h.h.Write(caller(ctx), data, off)
+	return uint32(k), e
+}
+
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.h.Flush(caller(ctx)) }
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.h.Fsync(caller(ctx), flags&fsyncDatasync != 0)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(caller(ctx)) }
+
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	return h.h.Allocate(caller(ctx), int64(off), int64(size), mode)
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	o, e := h.h.Lseek(caller(ctx), int64(off), int(whence))
+	return uint64(o), e
+}
+
+// dirHandle adapts a layer.DirStream to go-fuse's directory handle API.
+type dirHandle struct {
+	d layer.DirStream
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	e, ok, errno := d.d.Next(caller(ctx))
+	if errno != 0 || !ok {
+		return nil, errno
+	}
+	return &fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Type, Off: e.Off}, 0
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	return d.d.Seek(caller(ctx), off)
+}
+
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return d.d.Fsync(caller(ctx), flags&fsyncDatasync != 0)
+}
+
+func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) { d.d.Close() }
+
+// fsyncDatasync is FUSE_FSYNC_FDATASYNC in fuse_fsync_in.fsync_flags.
+const fsyncDatasync = 1

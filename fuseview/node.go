@@ -1,0 +1,262 @@
+package fuseview
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// inode adapts a layer.Node to go-fuse's node API.
+type inode struct {
+	fs.Inode
+	v *view
+	h *held
+}
+
+// held is the layer node an inode serves. It is released once: when the
+// kernel forgets the inode, or, for an inode go-fuse discarded because it
+// already knew the file (hard links, racing lookups), when the inode is
+// garbage.
+type held struct {
+	n    layer.Node
+	done atomic.Bool
+}
+
+func (h *held) release() {
+	if h.done.CompareAndSwap(false, true) {
+		h.n.Forget()
+	}
+}
+
+func (v *view) newInode(n layer.Node) *inode {
+	in := &inode{v: v, h: &held{n: n}}
+	runtime.AddCleanup(in, (*held).release, in.h)
+	return in
+}
+
+func (i *inode) node() layer.Node { return i.h.n }
+
+func (i *inode) OnForget() { i.h.release() }
+
+// caller attaches the FUSE request's caller to ctx for the layers below.
+func caller(ctx context.Context) context.Context {
+	if fc, ok := ctx.(*fuse.Context); ok {
+		return layer.WithCaller(ctx, layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid})
+	}
+	return ctx
+}
+
+func fillAttr(a *layer.Attr, tok layer.Token, out *fuse.Attr) {
+	out.Ino = tok.Ino
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid = a.Uid
+	out.Gid = a.Gid
+	out.Rdev = uint32(a.Rdev)
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Blksize = a.Blksize
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+// child returns the inode for a node a directory operation produced.
+func (i *inode) child(ctx context.Context, name string, c layer.Node, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
+	tok := c.Token()
+	fillAttr(a, tok, &out.Attr)
+	// Most lookups find a file the kernel already knows: reuse its inode
+	// and let the new layer node go now rather than at the next GC.
+	if old := i.GetChild(name); old != nil {
+		if st := old.StableAttr(); st.Ino == tok.Ino && st.Gen == tok.Gen && st.Mode == a.Mode&syscall.S_IFMT {
+			c.Forget()
+			return old
+		}
+	}
+	return i.NewInode(ctx, i.v.newInode(c), fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
+}
+
+func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var a layer.Attr
+	c, e := i.node().Lookup(caller(ctx), name, &a)
+	if e != 0 {
+		return nil, e
+	}
+	return i.child(ctx, name, c, &a, out), 0
+}
+
+func (i *inode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var a layer.Attr
+	if e := i.node().Getattr(caller(ctx), layerHandle(f), &a); e != 0 {
+		return e
+	}
+	fillAttr(&a, i.node().Token(), &out.Attr)
+	return 0
+}
+
+func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var s layer.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Valid |= layer.SetMode
+		s.Mode = m
+	}
+	if u, ok := in.GetUID(); ok {
+		s.Valid |= layer.SetUid
+		s.Uid = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.Valid |= layer.SetGid
+		s.Gid = g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Valid |= layer.SetSize
+		s.Size = sz
+	}
+	if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		s.Valid |= layer.SetAtimeNow
+	} else if t, ok := in.GetATime(); ok {
+		s.Valid |= layer.SetAtime
+		s.Atime = t
+	}
+	if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		s.Valid |= layer.SetMtimeNow
+	} else if t, ok := in.GetMTime(); ok {
+		s.Valid |= layer.SetMtime
+		s.Mtime = t
+	}
+	var a layer.Attr
+	if e := i.node().Setattr(caller(ctx), layerHandle(f), &s, &a); e != 0 {
+		return e
+	}
+	fillAttr(&a, i.node().Token(), &out.Attr)
+	return 0
+}
+
+func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var a layer.Attr
+	c, e := i.node().Mkdir(caller(ctx), name, mode, &a)
+	if e != 0 {
+		return nil, e
+	}
+	return i.child(ctx, name, c, &a, out), 0
+}
+
+func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var a layer.Attr
+	c, e := i.node().Mknod(caller(ctx), name, mode, uint64(dev), &a)
+	if e != 0 {
+		return nil, e
+	}
+	return i.child(ctx, name, c, &a, out), 0
+}
+
+func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var a layer.Attr
+	c, e := i.node().Symlink(caller(ctx), []byte(target), name, &a)
+	if e != 0 {
+		return nil, e
+	}
+	return i.child(ctx, name, c, &a, out), 0
+}
+
+func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*inode)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	var a layer.Attr
+	c, e := i.node().Link(caller(ctx), t.node(), name, &a)
+	if e != 0 {
+		return nil, e
+	}
+	return i.child(ctx, name, c, &a, out), 0
+}
+
+func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	var a layer.Attr
+	c, h, e := i.node().Create(caller(ctx), name, flags, mode, &a)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	return i.child(ctx, name, c, &a, out), i.v.newHandle(h), 0, 0
+}
+
+func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
+	return i.node().Unlink(caller(ctx), name)
+}
+
+func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return i.node().Rmdir(caller(ctx), name)
+}
+
+func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	p, ok := newParent.(*inode)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return i.node().Rename(caller(ctx), name, p.node(), newName, flags)
+}
+
+func (i *inode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return i.node().Readlink(caller(ctx))
+}
+
+func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	h, e := i.node().Open(caller(ctx), flags)
+	if e != 0 {
+		return nil, 0, e
+	}
+	return i.v.newHandle(h), 0, 0
+}
+
+func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	d, e := i.node().OpenDir(caller(ctx))
+	if e != 0 {
+		return nil, 0, e
+	}
+	return &dirHandle{d: d}, 0, 0
+}
+
+func (i *inode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var s layer.Statfs
+	if e := i.node().Statfs(caller(ctx), &s); e != 0 {
+		return e
+	}
+	*out = fuse.StatfsOut{
+		Blocks: s.Blocks, Bfree: s.Bfree, Bavail: s.Bavail,
+		Files: s.Files, Ffree: s.Ffree,
+		Bsize: s.Bsize, Frsize: s.Frsize, NameLen: s.NameLen,
+	}
+	return 0
+}
+
+func (i *inode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	k, e := i.node().Getxattr(caller(ctx), attr, dest)
+	return uint32(k), e
+}
+
+func (i *inode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return i.node().Setxattr(caller(ctx), attr, data, flags)
+}
+
+func (i *inode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	k, e := i.node().Listxattr(caller(ctx), dest)
+	return uint32(k), e
+}
+
+func (i *inode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return i.node().Removexattr(caller(ctx), attr)
+}
+
+func (i *inode) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle, offOut uint64, n uint64, flags uint64) (uint32, syscall.Errno) {
+	src, dst := layerHandle(fhIn), layerHandle(fhOut)
+	if src == nil || dst == nil {
+		return 0, syscall.EBADF
+	}
+	k, e := src.CopyFileRange(caller(ctx), int64(offIn), dst, int64(offOut), int(n), uint32(flags))
+	return uint32(k), e
+}

@@ -1,0 +1,73 @@
+// Package fuseview serves any node of a shale stack as a FUSE mount, on
+// go-fuse's fs package. One process may serve several mounts.
+//
+// As root it mounts with allow_other and default_permissions, so that the
+// kernel checks every user's permissions against the attributes of the
+// lower file system, exactly as there. Data of files whose handles are
+// host files goes through FUSE passthrough when the kernel offers it.
+package fuseview
+
+import (
+	"log"
+	"os"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// Options tune a view.
+type Options struct {
+	// Timeout is how long the kernel may cache names and attributes.
+	// Changes made through the view are never stale (the kernel updates
+	// its caches from our replies); the timeout bounds how long a change
+	// made beneath the view by someone else can go unseen.
+	Timeout time.Duration
+	// AllowOther lets every user use the mount, with the kernel checking
+	// permissions (default_permissions). Needs root.
+	AllowOther bool
+	// Passthrough lets the kernel do data I/O on host files directly.
+	Passthrough bool
+	// Source is shown as the mount's source in /proc/mounts and df.
+	Source string
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// view is one mount.
+type view struct {
+	opts Options
+}
+
+// Mount mounts root at dir and starts serving it. The returned server's
+// Wait returns when the mount goes away.
+func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
+	v := &view{opts: o}
+	tok := root.Token()
+	mo := fuse.MountOptions{
+		AllowOther:   o.AllowOther,
+		FsName:       o.Source,
+		Name:         "shale",
+		DirectMount:  true,
+		MaxWrite:     1 << 20,
+		MaxReadAhead: 1 << 20,
+		Debug:        o.Debug,
+	}
+	if o.AllowOther {
+		mo.Options = append(mo.Options, "default_permissions")
+	}
+	fo := &fs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &o.Timeout,
+		AttrTimeout:     &o.Timeout,
+		NegativeTimeout: &o.Timeout,
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: tok.Ino, Gen: tok.Gen},
+	}
+	if o.Debug {
+		fo.Logger = log.New(os.Stderr, "", log.Lmicroseconds)
+	}
+	return fs.Mount(dir, v.newInode(root), fo)
+}

@@ -1,0 +1,67 @@
+package hostfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	fd, err := unix.Open(procPath(n.fd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return &dir{fd: fd, buf: make([]byte, 32<<10)}, 0
+}
+
+// dir reads a host directory with getdents64. Offsets are the host file
+// system's d_off cookies, which ext4, xfs and btrfs keep stable while the
+// directory changes.
+type dir struct {
+	fd       int
+	buf      []byte
+	pos, end int
+}
+
+func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if d.pos >= d.end {
+		k, err := unix.Getdents(d.fd, d.buf)
+		if err != nil {
+			return layer.DirEntry{}, false, errno(err)
+		}
+		if k == 0 {
+			return layer.DirEntry{}, false, 0
+		}
+		d.pos, d.end = 0, k
+	}
+	// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+	rec := d.buf[d.pos:d.end]
+	reclen := int(binary.NativeEndian.Uint16(rec[16:]))
+	d.pos += reclen
+	name := rec[19:reclen]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return layer.DirEntry{
+		Name: string(name),
+		Ino:  binary.NativeEndian.Uint64(rec[0:]),
+		Off:  binary.NativeEndian.Uint64(rec[8:]),
+		Type: uint32(rec[18]) << 12, // DT_* is S_IFMT >> 12
+	}, true, 0
+}
+
+func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
+	d.pos, d.end = 0, 0
+	_, err := unix.Seek(d.fd, int64(off), 0)
+	return errno(err)
+}
+
+func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	return errno(unix.Fsync(d.fd))
+}
+
+func (d *dir) Close() { unix.Close(d.fd) }

@@ -1,0 +1,84 @@
+package hostfs
+
+import (
+	"context"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// file is an open host file.
+type file struct {
+	fd int
+}
+
+func (f *file) PassthroughFd() (int, bool) { return f.fd, true }
+
+func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	k, err := unix.Pread(f.fd, dest, off)
+	if err != nil {
+		return 0, errno(err)
+	}
+	return k, 0
+}
+
+func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
+	k, err := unix.Pwrite(f.fd, data, off)
+	if err != nil {
+		return 0, errno(err)
+	}
+	return k, 0
+}
+
+// Flush closes a duplicate so that a lower file system that reports
+// errors on close (NFS, FUSE) reports them to the closing process.
+func (f *file) Flush(ctx context.Context) layer.Errno {
+	fd, err := unix.Dup(f.fd)
+	if err != nil {
+		return errno(err)
+	}
+	return errno(unix.Close(fd))
+}
+
+func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	if datasync {
+		return errno(unix.Fdatasync(f.fd))
+	}
+	return errno(unix.Fsync(f.fd))
+}
+
+func (f *file) Release(ctx context.Context) layer.Errno {
+	err := unix.Close(f.fd)
+	f.fd = -1
+	return errno(err)
+}
+
+func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
+	return errno(unix.Fallocate(f.fd, mode, off, size))
+}
+
+func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
+	o, err := unix.Seek(f.fd, off, whence)
+	return o, errno(err)
+}
+
+func (f *file) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, dstOff int64, n int, flags uint32) (int, layer.Errno) {
+	d, ok := dst.(*file)
+	if !ok {
+		return 0, syscall.EXDEV
+	}
+	k, err := unix.CopyFileRange(f.fd, &off, d.fd, &dstOff, n, int(flags))
+	return k, errno(err)
+}
+
+// Locks are kept by the lock table of the stack, not by the host: the host
+// cannot tell apart the many owners that share our one descriptor.
+func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
+	return syscall.ENOSYS
+}
+
+func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
+	return syscall.ENOSYS
+}

@@ -1,0 +1,365 @@
+// Package hostfs is the bottom of every local stack: the layer interface
+// over a directory of the host, confined to it.
+//
+// Confinement: every node holds an O_PATH file descriptor, and every
+// operation names a single path component relative to a node's descriptor
+// with O_NOFOLLOW/AT_SYMLINK_NOFOLLOW. No name containing "/", no "." or
+// "..", and no symlink is ever resolved by the host on our behalf, and a
+// rename elsewhere cannot redirect an operation, because nothing is looked
+// up by path from the root. Whole-node operations that the *at calls do not
+// offer (chmod, truncate, xattrs, reopen) go through /proc/self/fd/N, which
+// the kernel resolves to the very inode the descriptor holds.
+//
+// Credentials: when shale runs as root and serves other users (allow_other
+// with default_permissions), the kernel has already checked permissions, so
+// operations run as root; but new objects must belong to the caller, with
+// the group the lower file system would give them (setgid directories), so
+// creating operations run on a locked thread with the caller's fsuid and
+// fsgid. See creds.go.
+package hostfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// FS is a host directory served as a layer.
+type FS struct {
+	dir     string
+	rootDev uint64
+	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
+}
+
+// New opens dir and returns its root node.
+func New(dir string) (layer.Node, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0}
+	var st unix.Statx_t
+	if err := statx(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	fs.rootDev = unix.Mkdev(st.Dev_major, st.Dev_minor)
+	return fs.newNode(fd, &st), nil
+}
+
+// node is a host object held by an O_PATH descriptor.
+type node struct {
+	fs    *FS
+	fd    int
+	token layer.Token
+	mode  uint32 // S_IFMT bits; a node never changes type
+}
+
+func (fs *FS) newNode(fd int, st *unix.Statx_t) *node {
+	return &node{fs: fs, fd: fd, token: fs.token(st), mode: uint32(st.Mode) & unix.S_IFMT}
+}
+
+// token derives a stable identity from device, inode number and birth time.
+// Inodes of the root's device keep their number; others are mixed with
+// their device so that submounts do not collide.
+func (fs *FS) token(st *unix.Statx_t) layer.Token {
+	dev := unix.Mkdev(st.Dev_major, st.Dev_minor)
+	ino := st.Ino
+	if dev != fs.rootDev {
+		ino ^= (dev << 32) | (dev >> 32)
+	}
+	gen := uint64(st.Btime.Sec)*1e9 + uint64(st.Btime.Nsec)
+	return layer.Token{Ino: ino, Gen: gen}
+}
+
+func statx(fd int, st *unix.Statx_t) error {
+	return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_SYNC_AS_STAT,
+		unix.STATX_BASIC_STATS|unix.STATX_BTIME, st)
+}
+
+// procPath names the inode that fd holds, for calls that take no fd.
+func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// errno turns a host error into an Errno.
+func errno(err error) layer.Errno {
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return e
+	}
+	return syscall.EIO
+}
+
+// validName refuses names the kernel would never send but a buggy or
+// hostile layer above might: they could escape the directory.
+func validName(name string) layer.Errno {
+	if name == "" || name == "." || name == ".." {
+		return syscall.EINVAL
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' || name[i] == 0 {
+			return syscall.EINVAL
+		}
+	}
+	if len(name) > 255 {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+func (n *node) Token() layer.Token { return n.token }
+
+func (n *node) Forget() {
+	unix.Close(n.fd)
+	n.fd = -1
+}
+
+func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	fd := n.fd
+	if f, ok := h.(*file); ok {
+		fd = f.fd
+	}
+	var st unix.Statx_t
+	if err := statx(fd, &st); err != nil {
+		return errno(err)
+	}
+	out.FromStatx(&st)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	if in.Valid&layer.SetMode != 0 {
+		if err := unix.Chmod(procPath(n.fd), in.Mode&07777); err != nil {
+			return errno(err)
+		}
+	}
+	if in.Valid&(layer.SetUid|layer.SetGid) != 0 {
+		uid, gid := -1, -1
+		if in.Valid&layer.SetUid != 0 {
+			uid = int(in.Uid)
+		}
+		if in.Valid&layer.SetGid != 0 {
+			gid = int(in.Gid)
+		}
+		if err := unix.Fchownat(n.fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return errno(err)
+		}
+	}
+	if in.Valid&layer.SetSize != 0 {
+		var err error
+		if f, ok := h.(*file); ok {
+			err = unix.Ftruncate(f.fd, int64(in.Size))
+		} else {
+			err = unix.Truncate(procPath(n.fd), int64(in.Size))
+		}
+		if err != nil {
+			return errno(err)
+		}
+	}
+	if in.Valid&(layer.SetAtime|layer.SetMtime|layer.SetAtimeNow|layer.SetMtimeNow) != 0 {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		switch {
+		case in.Valid&layer.SetAtimeNow != 0:
+			ts[0].Nsec = unix.UTIME_NOW
+		case in.Valid&layer.SetAtime != 0:
+			ts[0] = unix.NsecToTimespec(in.Atime.UnixNano())
+		}
+		switch {
+		case in.Valid&layer.SetMtimeNow != 0:
+			ts[1].Nsec = unix.UTIME_NOW
+		case in.Valid&layer.SetMtime != 0:
+			ts[1] = unix.NsecToTimespec(in.Mtime.UnixNano())
+		}
+		if err := unix.UtimesNanoAt(n.fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return errno(err)
+		}
+	}
+	return n.Getattr(ctx, h, out)
+}
+
+// child opens name beneath n as a new node and stats it.
+func (n *node) child(name string, out *layer.Attr) (*node, layer.Errno) {
+	fd, err := unix.Openat(n.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return n.fs.adopt(fd, out)
+}
+
+// adopt makes a node of an O_PATH descriptor.
+func (fs *FS) adopt(fd int, out *layer.Attr) (*node, layer.Errno) {
+	var st unix.Statx_t
+	if err := statx(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, errno(err)
+	}
+	out.FromStatx(&st)
+	return fs.newNode(fd, &st), 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return nil, e
+	}
+	c, e := n.child(name, out)
+	if e != 0 {
+		return nil, e
+	}
+	return c, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func() error { return unix.Mkdirat(n.fd, name, mode) })
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func() error { return unix.Mknodat(n.fd, name, mode, int(dev)) })
+}
+
+func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func() error { return unix.Symlinkat(string(target), n.fd, name) })
+}
+
+func (n *node) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	// linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc form
+	// works for everyone and names the same inode.
+	return n.make(ctx, name, out, func() error {
+		return unix.Linkat(unix.AT_FDCWD, procPath(t.fd), n.fd, name, unix.AT_SYMLINK_FOLLOW)
+	})
+}
+
+// make runs mk as the caller and returns the node it made.
+func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func() error) (layer.Node, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return nil, e
+	}
+	if err := n.fs.asCaller(ctx, mk); err != nil {
+		return nil, errno(err)
+	}
+	c, e := n.child(name, out)
+	if e != 0 {
+		return nil, e
+	}
+	return c, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return nil, nil, e
+	}
+	var fd int
+	err := n.fs.asCaller(ctx, func() (err error) {
+		fd, err = unix.Openat(n.fd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		return err
+	})
+	if err != nil {
+		return nil, nil, errno(err)
+	}
+	// The node must hold the inode we opened, not whatever the name
+	// points to by now.
+	pfd, err := unix.Open(procPath(fd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, errno(err)
+	}
+	c, e := n.fs.adopt(pfd, out)
+	if e != 0 {
+		unix.Close(fd)
+		return nil, nil, e
+	}
+	return c, &file{fd: fd}, 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
+	if e := validName(name); e != 0 {
+		return e
+	}
+	return errno(unix.Unlinkat(n.fd, name, 0))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
+	if e := validName(name); e != 0 {
+		return e
+	}
+	return errno(unix.Unlinkat(n.fd, name, unix.AT_REMOVEDIR))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
+	d, ok := newDir.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if e := validName(name); e != 0 {
+		return e
+	}
+	if e := validName(newName); e != 0 {
+		return e
+	}
+	return errno(unix.Renameat2(n.fd, name, d.fd, newName, uint(flags)))
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		k, err := unix.Readlinkat(n.fd, "", buf)
+		if err != nil {
+			return nil, errno(err)
+		}
+		if k < size {
+			return buf[:k], 0
+		}
+	}
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	// O_NOFOLLOW would refuse the /proc link itself; the node is never a
+	// symlink here because the kernel does not open symlinks.
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
+	fd, err := unix.Open(procPath(n.fd), int(flags)|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return &file{fd: fd}, 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(n.fd, &st); err != nil {
+		return errno(err)
+	}
+	*out = layer.Statfs{
+		Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail,
+		Files: st.Files, Ffree: st.Ffree,
+		Bsize: uint32(st.Bsize), Frsize: uint32(st.Frsize), NameLen: uint32(st.Namelen),
+	}
+	return 0
+}
+
+func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
+	k, err := unix.Getxattr(procPath(n.fd), name, dest)
+	return k, errno(err)
+}
+
+func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
+	return errno(unix.Setxattr(procPath(n.fd), name, value, int(flags)))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
+	k, err := unix.Listxattr(procPath(n.fd), dest)
+	return k, errno(err)
+}
+
+func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
+	return errno(unix.Removexattr(procPath(n.fd), name))
+}
