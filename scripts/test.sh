@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: static checks, unit tests with the race
+# detector, the conformance suite on real mounts, and a bounded stress run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+./scripts/setup.sh
+
+fmt=$(gofmt -l $(git ls-files '*.go'))
+[ -z "$fmt" ] || { echo "gofmt would change: $fmt"; exit 1; }
+go vet ./...
+CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
