@@ -13,6 +13,7 @@ import (
 // handle adapts a layer.Handle to go-fuse's file API.
 type handle struct {
 	h layer.Handle
+	v *view
 }
 
 // passthroughHandle is a handle whose data the kernel may read and write
@@ -27,9 +28,9 @@ func (p *passthroughHandle) PassthroughFd() (int, bool) { return p.p.Passthrough
 
 func (v *view) newHandle(h layer.Handle) fs.FileHandle {
 	if p, ok := h.(layer.Passthrougher); ok && v.opts.Passthrough {
-		return &passthroughHandle{handle{h}, p}
+		return &passthroughHandle{handle{h, v}, p}
 	}
-	return &handle{h}
+	return &handle{h, v}
 }
 
 // layerHandle returns the layer handle behind a go-fuse file handle, or nil.
@@ -56,7 +57,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(k), e
 }
 
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.h.Flush(caller(ctx)) }
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	return h.h.Flush(caller(ctx), h.v.raw.flushOwner(ctx))
+}
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return h.h.Fsync(caller(ctx), flags&fsyncDatasync != 0)

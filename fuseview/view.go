@@ -39,6 +39,7 @@ type Options struct {
 // view is one mount.
 type view struct {
 	opts Options
+	raw  *rawFS
 }
 
 // Mount mounts root at dir and starts serving it. The returned server's
@@ -54,6 +55,7 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 		MaxWrite:     1 << 20,
 		MaxReadAhead: 1 << 20,
 		Debug:        o.Debug,
+		EnableLocks:  true,
 	}
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
@@ -69,5 +71,14 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	if o.Debug {
 		fo.Logger = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
-	return fs.Mount(dir, v.newInode(root), fo)
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(v.newInode(root), fo)}
+	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err
+	}
+	return server, nil
 }

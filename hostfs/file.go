@@ -2,6 +2,8 @@ package hostfs
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -11,8 +13,15 @@ import (
 
 // file is an open host file.
 type file struct {
-	fd int
+	fd  int
+	tok layer.Token
+	fs  *FS
+
+	mu     sync.Mutex
+	flocks []uint64 // owners of flock locks taken through this open file
 }
+
+func (n *node) newFile(fd int) *file { return &file{fd: fd, tok: n.token, fs: n.fs} }
 
 func (f *file) PassthroughFd() (int, bool) { return f.fd, true }
 
@@ -34,7 +43,8 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 
 // Flush closes a duplicate so that a lower file system that reports
 // errors on close (NFS, FUSE) reports them to the closing process.
-func (f *file) Flush(ctx context.Context) layer.Errno {
+func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
+	f.fs.locks.Release(f.tok, owner, false)
 	fd, err := unix.Dup(f.fd)
 	if err != nil {
 		return errno(err)
@@ -50,6 +60,11 @@ func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
 }
 
 func (f *file) Release(ctx context.Context) layer.Errno {
+	f.mu.Lock()
+	for _, o := range f.flocks {
+		f.fs.locks.Release(f.tok, o, true)
+	}
+	f.mu.Unlock()
 	err := unix.Close(f.fd)
 	f.fd = -1
 	return errno(err)
@@ -73,12 +88,21 @@ func (f *file) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, d
 	return k, errno(err)
 }
 
-// Locks are kept by the lock table of the stack, not by the host: the host
-// cannot tell apart the many owners that share our one descriptor.
+// Locks live in the FS's table, not in the host: the host would see one
+// owner, the descriptor shale holds, for every process.
 func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
-	return syscall.ENOSYS
+	f.fs.locks.Get(f.tok, owner, lk)
+	return 0
 }
 
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
-	return syscall.ENOSYS
+	e := f.fs.locks.Set(ctx, f.tok, owner, lk, wait)
+	if e == 0 && lk.Flock && lk.Type != syscall.F_UNLCK {
+		f.mu.Lock()
+		if !slices.Contains(f.flocks, owner) {
+			f.flocks = append(f.flocks, owner)
+		}
+		f.mu.Unlock()
+	}
+	return e
 }

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/lock"
 )
 
 // FS is a host directory served as a layer.
@@ -35,6 +36,7 @@ type FS struct {
 	dir     string
 	rootDev uint64
 	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
+	locks   lock.Table
 }
 
 // New opens dir and returns its root node.
@@ -278,7 +280,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		unix.Close(fd)
 		return nil, nil, e
 	}
-	return c, &file{fd: fd}, 0
+	return c, c.newFile(fd), 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
@@ -330,7 +332,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if err != nil {
 		return nil, errno(err)
 	}
-	return &file{fd: fd}, 0
+	return n.newFile(fd), 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {

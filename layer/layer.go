@@ -87,10 +87,12 @@ type Node interface {
 type Handle interface {
 	Read(ctx context.Context, dest []byte, off int64) (int, Errno)
 	Write(ctx context.Context, data []byte, off int64) (int, Errno)
-	// Flush is called on every close(2) of a file descriptor.
-	Flush(ctx context.Context) Errno
+	// Flush is called on every close(2) of a file descriptor; the
+	// closing lock owner loses its POSIX locks on the file, as in fcntl(2).
+	Flush(ctx context.Context, owner uint64) Errno
 	Fsync(ctx context.Context, datasync bool) Errno
-	// Release is the last close; the handle is not used after it.
+	// Release is the last close; the handle is not used after it. The
+	// flock locks taken through it are released.
 	Release(ctx context.Context) Errno
 	Allocate(ctx context.Context, off, size int64, mode uint32) Errno
 	// Lseek serves SEEK_DATA and SEEK_HOLE.
