@@ -1,0 +1,300 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A conformance case runs the same steps in env.Root on each file system
+// and records what it observes with env.Note, env.Errno, env.Expect, ...
+// The observations made on shale must equal those made natively.
+type testCase struct {
+	name string
+	fn   func(t *testing.T, e *env)
+}
+
+// cases is the table of all cases; the cases_*_test.go files add to it.
+var cases []testCase
+
+func addCases(cs ...testCase) bool {
+	cases = append(cases, cs...)
+	return true
+}
+
+// env is what a case operates in.
+type env struct {
+	t    *testing.T
+	Name string // "native" or "shale"
+	Root string // an empty directory, 0755 root:root, only for this case
+	obs  []string
+}
+
+// P returns the absolute path of rel under the case's root.
+func (e *env) P(rel ...string) string { return filepath.Join(append([]string{e.Root}, rel...)...) }
+
+// Note records an observation.
+func (e *env) Note(key string, v any) {
+	e.obs = append(e.obs, key+" = "+fmt.Sprint(v))
+}
+
+// Errno records the errno of err ("OK" for nil).
+func (e *env) Errno(key string, err error) {
+	e.Note(key, errName(err))
+}
+
+// Expect records got and fails the case, on both file systems, unless it
+// equals want: it pins behaviour that the native run must show too, so
+// that the case provably exercises something.
+func (e *env) Expect(key string, got, want any) {
+	e.t.Helper()
+	e.Note(key, got)
+	if !reflect.DeepEqual(got, want) {
+		e.t.Errorf("%s: %s: got %v, want %v", e.Name, key, got, want)
+	}
+}
+
+// ExpectErrno records err's errno and expects it to be want ("OK" for success).
+func (e *env) ExpectErrno(key string, err error, want string) {
+	e.t.Helper()
+	e.Expect(key, errName(err), want)
+}
+
+// Must fails the case at once when a setup step fails.
+func (e *env) Must(err error, what string, args ...any) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatalf("%s: %s: %v", e.Name, fmt.Sprintf(what, args...), err)
+	}
+}
+
+// Stat records the comparable fields of lstat(rel).
+func (e *env) Stat(key, rel string) unix.Stat_t {
+	e.t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(e.P(rel), &st); err != nil {
+		e.Errno(key, err)
+		return st
+	}
+	e.Note(key, statString(&st))
+	return st
+}
+
+// MustStat is lstat that must succeed; it records nothing.
+func (e *env) MustStat(rel string) unix.Stat_t {
+	e.t.Helper()
+	var st unix.Stat_t
+	e.Must(unix.Lstat(e.P(rel), &st), "lstat %s", rel)
+	return st
+}
+
+// Tree records every entry under rel: type and mode, owner, link count,
+// size and content of files, symlink targets, devices.
+func (e *env) Tree(key, rel string) {
+	e.t.Helper()
+	var lines []string
+	root := e.P(rel)
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s: %s", p[len(root):], errName(err)))
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			lines = append(lines, fmt.Sprintf("%s: %s", p[len(root):], errName(err)))
+			return nil
+		}
+		s := statString(&st)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			if st.Size <= 4096 {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					s += " read=" + errName(err)
+				} else {
+					s += fmt.Sprintf(" data=%q", b)
+				}
+			}
+		case unix.S_IFLNK:
+			t, err := os.Readlink(p)
+			s += fmt.Sprintf(" -> %q %s", t, errName(err))
+		}
+		lines = append(lines, "."+p[len(root):]+" "+s)
+		return nil
+	})
+	if err != nil {
+		lines = append(lines, "walk: "+errName(err))
+	}
+	e.Note(key, "\n\t"+strings.Join(lines, "\n\t"))
+}
+
+// statString shows what must agree between file systems. Not shown:
+// inode and device numbers, times (cases compare those as relations),
+// st_blksize, and the size of directories (no portable meaning).
+func statString(st *unix.Stat_t) string {
+	s := fmt.Sprintf("%s %04o uid=%d gid=%d nlink=%d", typeName(st.Mode), st.Mode&0o7777, st.Uid, st.Gid, st.Nlink)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFCHR, unix.S_IFBLK:
+		s += fmt.Sprintf(" rdev=%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	default:
+		s += fmt.Sprintf(" size=%d", st.Size)
+	}
+	return s
+}
+
+func typeName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "chardev"
+	case unix.S_IFBLK:
+		return "blockdev"
+	}
+	return fmt.Sprintf("type%o", mode&unix.S_IFMT)
+}
+
+// errName names the errno in err: "OK" for nil, "EACCES", ...
+func errName(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	var en unix.Errno
+	if errors.As(err, &en) {
+		if n := unix.ErrnoName(en); n != "" {
+			return n
+		}
+		return fmt.Sprintf("errno%d", int(en))
+	}
+	return "error(" + err.Error() + ")"
+}
+
+// WriteFile creates rel with content and mode (chmod'ed, not masked).
+func (e *env) WriteFile(rel, content string, mode uint32) {
+	e.t.Helper()
+	e.Must(os.WriteFile(e.P(rel), []byte(content), 0o600), "write %s", rel)
+	e.Must(unix.Chmod(e.P(rel), mode), "chmod %s", rel)
+}
+
+// Mkdir makes rel with mode (chmod'ed, not masked; unlike os.Chmod, mode
+// is the numeric mode: 0o1777 is sticky).
+func (e *env) Mkdir(rel string, mode uint32) {
+	e.t.Helper()
+	e.Must(unix.Mkdir(e.P(rel), 0o700), "mkdir %s", rel)
+	e.Must(unix.Chmod(e.P(rel), mode), "chmod %s", rel)
+}
+
+// ReadFile records the content of rel (or the errno of reading it).
+func (e *env) ReadFile(key, rel string) {
+	e.t.Helper()
+	b, err := os.ReadFile(e.P(rel))
+	if err != nil {
+		e.Errno(key, err)
+		return
+	}
+	e.Note(key, fmt.Sprintf("%q", b))
+}
+
+var (
+	outcomesMu sync.Mutex
+	outcomes   = map[string][]string{} // native observations by case
+	caseSeq    = map[string]int{}      // runs per case and file system
+)
+
+// TestConformance runs each case natively, then on shale, and compares.
+func TestConformance(t *testing.T) {
+	requireSuite(t)
+	names := map[string]bool{}
+	for _, c := range cases {
+		if names[c.name] || strings.ContainsAny(c.name, "/ ") {
+			t.Fatalf("case name %q is a duplicate or has a slash or space", c.name)
+		}
+		names[c.name] = true
+	}
+	for _, c := range cases {
+		t.Run("native/"+c.name, func(t *testing.T) {
+			e := newEnv(t, c, "native", suite.native)
+			// Keep what was observed even if the case stops early.
+			defer func() {
+				outcomesMu.Lock()
+				outcomes[c.name] = e.obs
+				outcomesMu.Unlock()
+			}()
+			c.fn(t, e)
+		})
+		t.Run("shale/"+c.name, func(t *testing.T) {
+			outcomesMu.Lock()
+			want, ok := outcomes[c.name]
+			outcomesMu.Unlock()
+			if !ok {
+				// Only the shale side was selected (-run): make the
+				// reference now.
+				t.Run("reference-native", func(t *testing.T) {
+					e := newEnv(t, c, "native", suite.native)
+					defer func() { want = e.obs }()
+					c.fn(t, e)
+				})
+			}
+			e := newEnv(t, c, "shale", suite.mnt)
+			defer func() {
+				if d := diffObs(want, e.obs); d != "" {
+					t.Errorf("shale disagrees with native (- native, + shale):\n%s", d)
+				}
+			}()
+			c.fn(t, e)
+		})
+	}
+}
+
+// newEnv makes the case's own empty directory under base.
+func newEnv(t *testing.T, c testCase, name, base string) *env {
+	outcomesMu.Lock()
+	caseSeq[name+"/"+c.name]++
+	n := caseSeq[name+"/"+c.name]
+	outcomesMu.Unlock()
+	dir := filepath.Join(base, c.name)
+	if n > 1 {
+		dir += fmt.Sprintf(".%d", n)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("%s: making the case directory: %v", name, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return &env{t: t, Name: name, Root: dir}
+}
+
+// diffObs lists the observations that differ, in order.
+func diffObs(want, got []string) string {
+	var b bytes.Buffer
+	n := max(len(want), len(got))
+	for i := 0; i < n; i++ {
+		switch {
+		case i >= len(got):
+			fmt.Fprintf(&b, "- %s\n+ (missing)\n", want[i])
+		case i >= len(want):
+			fmt.Fprintf(&b, "- (missing)\n+ %s\n", got[i])
+		case want[i] != got[i]:
+			fmt.Fprintf(&b, "- %s\n+ %s\n", want[i], got[i])
+		}
+	}
+	return b.String()
+}

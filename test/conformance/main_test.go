@@ -1,0 +1,266 @@
+// Package conformance runs the same file system operations on the native
+// file system and on a real shale mount, and checks that they agree.
+//
+// See README.md for what it covers and how to add a case.
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// dirPrefix names the base directories of this suite, so that a later run
+// can clear the mounts of a run that was killed before its cleanup.
+const dirPrefix = "shale-conformance-"
+
+// suite is the state shared by all tests of the package.
+var suite struct {
+	setupErr error  // why the suite cannot run; reported by every test
+	base     string // base directory, 0755
+	native   string // native root: base/native, on the same file system as lower
+	lower    string // shale's lower directory: base/lower
+	mnt      string // shale mount point: base/mnt
+	shale    string // the shale binary
+	helper   string // copy of this test binary that uid 65534 can execute
+	mounted  bool
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		// A helper process (see helper_test.go): no mount, only the one
+		// test that runs the helper's steps.
+		os.Exit(m.Run())
+	}
+	unix.Umask(0o022)
+	err := setup()
+	if err != nil {
+		suite.setupErr = err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "conformance: %v: unmounting %s\n", s, suite.mnt)
+		teardown()
+		os.Exit(2)
+	}()
+	code := m.Run()
+	if err := teardown(); err != nil {
+		fmt.Fprintf(os.Stderr, "conformance: cleanup: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// requireSuite fails t when the suite could not be set up. Root and
+// /dev/fuse are required: CI runs as root, and a skipped conformance check
+// would look like a passing one.
+func requireSuite(t *testing.T) {
+	t.Helper()
+	if suite.setupErr != nil {
+		t.Fatalf("conformance suite not set up: %v", suite.setupErr)
+	}
+}
+
+func setup() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root (euid is %d): the suite mounts shale and switches to uid 65534; run it with sudo, e.g. sudo -E go test ./test/conformance/", os.Geteuid())
+	}
+	if fd, err := unix.Open("/dev/fuse", unix.O_RDWR, 0); err != nil {
+		return fmt.Errorf("cannot open /dev/fuse: %v (load the fuse module: modprobe fuse)", err)
+	} else {
+		unix.Close(fd)
+	}
+	clearStaleMounts()
+	base, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return err
+	}
+	suite.base = base
+	suite.native = filepath.Join(base, "native")
+	suite.lower = filepath.Join(base, "lower")
+	suite.mnt = filepath.Join(base, "mnt")
+	for _, d := range []string{suite.native, suite.lower, suite.mnt, filepath.Join(base, "bin")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// MkdirTemp makes 0700 directories; uid 65534 must reach the roots.
+	if err := os.Chmod(base, 0o755); err != nil {
+		return err
+	}
+	if err := buildShale(); err != nil {
+		return err
+	}
+	if err := copyHelper(); err != nil {
+		return err
+	}
+	return mountShale()
+}
+
+// buildShale builds the shale binary from the module this package is in.
+func buildShale() error {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return fmt.Errorf("not inside the shale module (go env GOMOD is %q)", gomod)
+	}
+	suite.shale = filepath.Join(suite.base, "bin", "shale")
+	cmd := exec.Command("go", "build", "-o", suite.shale, "github.com/shalefs/shale/cmd/shale")
+	cmd.Dir = filepath.Dir(gomod)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building shale: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// copyHelper copies the test binary where uid 65534 can run it: go test
+// keeps it in a 0700 directory.
+func copyHelper() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	suite.helper = filepath.Join(suite.base, "bin", "conformance.test")
+	out, err := os.OpenFile(suite.helper, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func mountShale() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, suite.shale, "mount", suite.lower, suite.mnt).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("shale mount %s %s: %v\n%s", suite.lower, suite.mnt, err, out)
+	}
+	suite.mounted = true
+	if _, fstype, ok := mountedAt(suite.mnt); !ok || !strings.HasPrefix(fstype, "fuse") {
+		return fmt.Errorf("shale mount returned, but %s is not a FUSE mount (%q)", suite.mnt, fstype)
+	}
+	return nil
+}
+
+// teardown unmounts (with shale umount, retrying while busy, then umount
+// -l as a last resort) and removes the base directory.
+func teardown() error {
+	if suite.base == "" {
+		return nil
+	}
+	var errs []string
+	if suite.mounted {
+		if err := unmount(suite.mnt); err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			suite.mounted = false
+		}
+	}
+	if !suite.mounted {
+		if err := os.RemoveAll(suite.base); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if errs != nil {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func unmount(mnt string) error {
+	var last []byte
+	if suite.shale != "" {
+		for i := 0; i < 10; i++ {
+			out, err := exec.Command(suite.shale, "umount", mnt).CombinedOutput()
+			if err == nil {
+				return nil
+			}
+			last = out
+			if _, _, ok := mountedAt(mnt); !ok {
+				return nil
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
+		return fmt.Errorf("unmounting %s: shale umount: %s; umount -l: %v: %s", mnt, strings.TrimSpace(string(last)), err, out)
+	}
+	return fmt.Errorf("shale umount %s failed (%s); detached it with umount -l", mnt, strings.TrimSpace(string(last)))
+}
+
+// clearStaleMounts detaches the mounts of earlier runs of this suite whose
+// process is gone (a run killed by a timeout has no chance to clean up).
+func clearStaleMounts() {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	prefix := filepath.Join(os.TempDir(), dirPrefix)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || !strings.HasPrefix(fields[4], prefix) || filepath.Base(fields[4]) != "mnt" {
+			continue
+		}
+		rest := strings.TrimPrefix(fields[4], prefix)
+		pid, err := strconv.Atoi(rest[:strings.IndexAny(rest+"-", "-/")])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			continue // its run may still be going
+		}
+		unix.Unmount(fields[4], unix.MNT_DETACH)
+		os.RemoveAll(filepath.Dir(fields[4]))
+	}
+}
+
+// mountedAt reports whether dir is a mount point, and its type.
+func mountedAt(dir string) (source, fstype string, ok bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 || fields[4] != dir {
+			continue
+		}
+		for i, w := range fields {
+			if w == "-" && i+2 < len(fields) {
+				source, fstype, ok = fields[i+2], fields[i+1], true
+			}
+		}
+	}
+	return source, fstype, ok
+}
