@@ -43,7 +43,8 @@ type view struct {
 }
 
 // Mount mounts root at dir and starts serving it. The returned server's
-// Wait returns when the mount goes away.
+// Wait returns when the mount goes away. root remains the caller's: the
+// view never calls its Forget, so several views may serve one root.
 func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	v := &view{opts: o}
 	tok := root.Token()
@@ -71,7 +72,10 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	if o.Debug {
 		fo.Logger = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
-	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(v.newInode(root), fo)}
+	// The root stays the caller's: several views may share it.
+	rootInode := v.newInode(root)
+	rootInode.h.done.Store(true)
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo)}
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var shaleBin string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		os.Stderr.WriteString("cmd/shale tests mount file systems: run them as root\n")
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "shale-cli")
+	if err != nil {
+		panic(err)
+	}
+	os.Chmod(dir, 0o755) // other users run it too
+	shaleBin = filepath.Join(dir, "shale")
+	build := exec.Command("go", "build", "-o", shaleBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs shale and returns its exit code and output.
+func run(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(shaleBin, args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
+}
+
+// mount mounts lower at mnt and arranges for it to end with the test.
+func mount(t *testing.T, lower, mnt string) {
+	t.Helper()
+	if code, out := run(t, "mount", lower, mnt); code != 0 {
+		t.Fatalf("shale mount: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() {
+		if _, _, ok := mountedAt(mnt); ok {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+}
+
+func wantOneLineError(t *testing.T, code int, out, substr string) {
+	t.Helper()
+	if code == 0 {
+		t.Fatalf("exit 0, want failure; output %q", out)
+	}
+	if strings.Count(strings.TrimRight(out, "\n"), "\n") != 0 || !strings.HasPrefix(out, "shale: ") {
+		t.Errorf("want one line starting with 'shale: ', got %q", out)
+	}
+	if !strings.Contains(out, substr) {
+		t.Errorf("error %q does not mention %q", out, substr)
+	}
+}
+
+func TestBadMountArguments(t *testing.T) {
+	dir := t.TempDir()
+	lower := filepath.Join(dir, "lower")
+	mnt := filepath.Join(dir, "mnt")
+	file := filepath.Join(dir, "file")
+	os.Mkdir(lower, 0o755)
+	os.Mkdir(mnt, 0o755)
+	os.Mkdir(filepath.Join(lower, "inner"), 0o755)
+	os.WriteFile(file, nil, 0o644)
+
+	code, out := run(t, "mount", filepath.Join(dir, "nope"), mnt)
+	wantOneLineError(t, code, out, "does not exist")
+	code, out = run(t, "mount", file, mnt)
+	wantOneLineError(t, code, out, "not a directory")
+	code, out = run(t, "mount", lower, filepath.Join(dir, "nomnt"))
+	wantOneLineError(t, code, out, "does not exist")
+	code, out = run(t, "mount", lower, filepath.Join(lower, "inner"))
+	wantOneLineError(t, code, out, "inside lower directory")
+	code, out = run(t, "mount", lower, lower)
+	wantOneLineError(t, code, out, "inside lower directory")
+	code, out = run(t, "mount", lower)
+	if code == 0 {
+		t.Errorf("mount with one argument succeeded: %s", out)
+	}
+	code, out = run(t, "umount", mnt)
+	wantOneLineError(t, code, out, "not a mount point")
+
+	mount(t, lower, mnt)
+	code, out = run(t, "mount", lower, mnt)
+	wantOneLineError(t, code, out, "already a mount point")
+}
+
+func TestUnreadableLower(t *testing.T) {
+	dir := t.TempDir()
+	// nobody must reach dir: open up the per-test parent t.TempDir made.
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	lower := filepath.Join(dir, "lower")
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(lower, 0o700)
+	os.Mkdir(mnt, 0o777)
+	cmd := exec.Command(shaleBin, "mount", lower, mnt)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	wantOneLineError(t, code, string(out), "not readable")
+}
+
+// Without /dev/fuse (a private /dev in a mount namespace) mount says so.
+func TestNoDevFuse(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "lower"), 0o755)
+	os.Mkdir(filepath.Join(dir, "mnt"), 0o755)
+	cmd := exec.Command("unshare", "-m", "sh", "-c",
+		`mount --make-rprivate / && mount -t tmpfs none /dev && exec "$0" mount "$1" "$2"`,
+		shaleBin, filepath.Join(dir, "lower"), filepath.Join(dir, "mnt"))
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	wantOneLineError(t, code, string(out), "/dev/fuse")
+}
+
+func TestHelpExplainsFlags(t *testing.T) {
+	code, out := run(t, "mount", "--help")
+	if code != 0 {
+		t.Fatalf("mount --help: exit %d", code)
+	}
+	for _, f := range []string{"--foreground", "--timeout", "--allow-other", "--no-passthrough", "--debug", "--log"} {
+		if !strings.Contains(out, f) {
+			t.Errorf("mount --help does not explain %s", f)
+		}
+	}
+	if code, out := run(t, "--help"); code != 0 || !strings.Contains(out, "umount") {
+		t.Errorf("--help: exit %d, output %q", code, out)
+	}
+}
+
+// servingPid finds the background process serving mnt.
+func servingPid(t *testing.T, mnt string) int {
+	t.Helper()
+	out, _ := exec.Command("pgrep", "-f", "shale mount .* "+mnt+"$").Output()
+	f := strings.Fields(string(out))
+	if len(f) != 1 {
+		t.Fatalf("want one process serving %s, found %q", mnt, out)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return
+		}
+		// Reap it if it is our zombie (it is not: it was re-parented).
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if strings.Contains(string(b), ") Z ") {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("serving process %d still running", pid)
+}
+
+func TestMountServesAndEnds(t *testing.T) {
+	for _, how := range []string{"shale umount", "umount", "SIGTERM", "SIGINT"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			lower := filepath.Join(dir, "lower")
+			mnt := filepath.Join(dir, "mnt")
+			os.Mkdir(lower, 0o755)
+			os.Mkdir(mnt, 0o755)
+			os.WriteFile(filepath.Join(lower, "f"), []byte("through"), 0o644)
+			mount(t, lower, mnt)
+			if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "through" {
+				t.Fatalf("read through the mount: %q %v", b, err)
+			}
+			pid := servingPid(t, mnt)
+			switch how {
+			case "shale umount":
+				if code, out := run(t, "umount", mnt); code != 0 {
+					t.Fatalf("shale umount: %s", out)
+				}
+			case "umount":
+				if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+					t.Fatalf("umount: %s", out)
+				}
+			case "SIGTERM":
+				syscall.Kill(pid, syscall.SIGTERM)
+			case "SIGINT":
+				syscall.Kill(pid, syscall.SIGINT)
+			}
+			waitGone(t, pid)
+			if _, _, ok := mountedAt(mnt); ok {
+				t.Errorf("%s still mounted after %s", mnt, how)
+			}
+		})
+	}
+}
+
+func TestUmountBusy(t *testing.T) {
+	dir := t.TempDir()
+	lower := filepath.Join(dir, "lower")
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(lower, 0o755)
+	os.Mkdir(mnt, 0o755)
+	mount(t, lower, mnt)
+	f, err := os.Create(filepath.Join(mnt, "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := run(t, "umount", mnt)
+	wantOneLineError(t, code, out, "busy")
+	f.Close()
+	if code, out := run(t, "umount", mnt); code != 0 {
+		t.Errorf("umount after close: %s", out)
+	}
+}
