@@ -233,6 +233,9 @@ func TestConformance(t *testing.T) {
 			e := newEnv(t, c, "native", suite.native)
 			// Keep what was observed even if the case stops early.
 			defer func() {
+				if os.Getenv("SHALE_CONFORMANCE_SHOW") != "" {
+					t.Logf("observations:\n%s", strings.Join(e.obs, "\n"))
+				}
 				outcomesMu.Lock()
 				outcomes[c.name] = e.obs
 				outcomesMu.Unlock()
