@@ -69,7 +69,8 @@ func (e *env) NoteAs(key string, c *cred, steps ...[]string) []string {
 	e.t.Helper()
 	lines := e.As(c, steps...)
 	for i, l := range lines {
-		e.Note(fmt.Sprintf("%s[%d] %s", key, i, strings.Join(steps[i], " ")), strings.ReplaceAll(l, e.Root, "ROOT"))
+		step := strings.ReplaceAll(strings.Join(steps[i], " "), e.Root, "ROOT")
+		e.Note(fmt.Sprintf("%s[%d] %s", key, i, step), strings.ReplaceAll(l, e.Root, "ROOT"))
 	}
 	return lines
 }
