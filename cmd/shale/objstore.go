@@ -1,0 +1,218 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/shalefs/shale/objstore"
+)
+
+func init() {
+	cmd := &cobra.Command{
+		Use:   "objstore",
+		Short: "a cache file system for immutable objects (CFS) in one file or device",
+		Long: `objstore keeps immutable objects in one preallocated file or block device,
+with the whole index in memory. A crash costs only misses, never wrong bytes.
+See docs/objstore.md.`,
+	}
+	var size, policy string
+	create := &cobra.Command{
+		Use:   "create STORE --size SIZE",
+		Short: "create a store in a new file, or on a block device",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var n uint64
+			if size != "" {
+				var err error
+				if n, err = humanize.ParseBytes(size); err != nil {
+					return fmt.Errorf("--size %q is not a size: write it like 2GiB, 512MiB or 1G", size)
+				}
+			}
+			if n == 0 && !isBlockDevice(args[0]) {
+				return fmt.Errorf("creating %s: a file store needs --size, e.g. --size 2GiB", args[0])
+			}
+			s, err := objstore.Format(args[0], int64(n), objstore.Options{})
+			if err != nil {
+				return fmt.Errorf("create %s: %w", args[0], err)
+			}
+			return s.Close()
+		},
+	}
+	create.Flags().StringVar(&size, "size", "", "store size, e.g. 2GiB (a block device defaults to all of it)")
+
+	put := &cobra.Command{
+		Use:   "put STORE KEY FILE",
+		Short: "store the contents of FILE under KEY",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(c *cobra.Command, args []string) error {
+			data, err := os.ReadFile(args[2])
+			if err != nil {
+				return fmt.Errorf("put: %w", err)
+			}
+			return withStore(args[0], "", func(s *objstore.Store) error {
+				if err := s.Create(args[1], data); err != nil {
+					return fmt.Errorf("put %s into %s: %w", args[1], args[0], err)
+				}
+				return s.Sync()
+			})
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get STORE KEY [FILE]",
+		Short: "write the object KEY to FILE, or to standard output",
+		Args:  cobra.RangeArgs(2, 3),
+		RunE: func(c *cobra.Command, args []string) error {
+			return withStore(args[0], "", func(s *objstore.Store) error {
+				data, err := s.Read(args[1])
+				if errors.Is(err, objstore.ErrNotFound) {
+					return fmt.Errorf("get: no object %q in %s: check the key with 'shale objstore stat %s'", args[1], args[0], args[0])
+				}
+				if err != nil {
+					return fmt.Errorf("get %s from %s: %w", args[1], args[0], err)
+				}
+				if len(args) == 3 {
+					return os.WriteFile(args[2], data, 0o644)
+				}
+				_, err = os.Stdout.Write(data)
+				return err
+			})
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm STORE KEY",
+		Short: "remove the object KEY",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			return withStore(args[0], "", func(s *objstore.Store) error {
+				if err := s.Remove(args[1]); errors.Is(err, objstore.ErrNotFound) {
+					return fmt.Errorf("rm: no object %q in %s", args[1], args[0])
+				} else if err != nil {
+					return err
+				}
+				return nil
+			})
+		},
+	}
+	stat := &cobra.Command{
+		Use:   "stat STORE",
+		Short: "print objects, bytes used and free, fragmentation and hit ratio",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return withStore(args[0], "", func(s *objstore.Store) error {
+				st := s.Stats()
+				fmt.Printf("objects        %d\n", st.Objects)
+				fmt.Printf("capacity       %s\n", humanize.IBytes(uint64(st.Capacity)))
+				fmt.Printf("used           %s (%.1f%%)\n", humanize.IBytes(uint64(st.Used)), 100*float64(st.Used)/float64(st.Capacity))
+				fmt.Printf("free           %s\n", humanize.IBytes(uint64(st.Free)))
+				fmt.Printf("largest free   %s\n", humanize.IBytes(uint64(st.Largest)))
+				fmt.Printf("fragmentation  %.1f%%\n", 100*st.Fragmentation)
+				fmt.Printf("hit ratio      %.1f%% (%d hits, %d misses)\n", 100*st.HitRatio(), st.Hits, st.Misses)
+				if !st.CleanOpen && st.Objects == 0 {
+					fmt.Println("note           the last session did not close cleanly: its index was dropped")
+				}
+				return nil
+			})
+		},
+	}
+	replay := &cobra.Command{
+		Use:   "replay STORE TRACE",
+		Short: "replay a `time id size` trace (plain, xz or gzip) against the store",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			return withStore(args[0], policy, func(s *objstore.Store) error {
+				return runReplay(s, args[1])
+			})
+		},
+	}
+	replay.Flags().StringVar(&policy, "policy", objstore.DefaultPolicy, "replacement policy: sieve or lru")
+	cmd.AddCommand(create, put, get, rm, stat, replay)
+	rootCmd.AddCommand(cmd)
+}
+
+func isBlockDevice(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode()&os.ModeDevice != 0
+}
+
+// withStore opens a store, runs fn and closes the store, saving its index.
+func withStore(path, policy string, fn func(*objstore.Store) error) error {
+	s, err := objstore.Open(path, objstore.Options{Policy: policy})
+	if errors.Is(err, objstore.ErrCorrupt) {
+		return fmt.Errorf("open %w: recreate it with 'shale objstore create'", err)
+	}
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	err = fn(s)
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", path, cerr)
+	}
+	return err
+}
+
+func runReplay(s *objstore.Store, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	cr := &countingReader{r: f}
+	tr, err := objstore.NewTraceReader(cr)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", path, err)
+	}
+	var progress func(objstore.ReplayResult)
+	if term.IsTerminal(int(os.Stdout.Fd())) {
+		var last time.Time
+		progress = func(r objstore.ReplayResult) {
+			if now := time.Now(); now.Sub(last) > 100*time.Millisecond {
+				last = now
+				drawBar(float64(cr.n)/float64(max(fi.Size(), 1)), r)
+			}
+		}
+	}
+	res, err := objstore.Replay(s, tr, progress)
+	if progress != nil {
+		fmt.Print("\r\033[K")
+	}
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", path, err)
+	}
+	fmt.Printf("requests       %d\n", res.Requests)
+	fmt.Printf("hit ratio      %.2f%% (%d hits)\n", 100*res.HitRatio(), res.Hits)
+	fmt.Printf("bytes read     %s\n", humanize.IBytes(uint64(res.BytesRead)))
+	fmt.Printf("bytes written  %s\n", humanize.IBytes(uint64(res.BytesWritten)))
+	fmt.Printf("ops/s          %.0f (%.2fs)\n", res.OpsPerSec(), res.Elapsed.Seconds())
+	return nil
+}
+
+func drawBar(frac float64, r objstore.ReplayResult) {
+	const width = 30
+	frac = min(max(frac, 0), 1)
+	n := int(frac * width)
+	fmt.Printf("\r[%s%s] %3.0f%%  %d requests  hit %.1f%%", strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, r.Requests, 100*r.HitRatio())
+}
+
+// countingReader counts the compressed bytes consumed, for the progress bar.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,342 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Options tune a store.
+type Options struct {
+	// Policy names the replacement policy: "sieve" (the default) or "lru".
+	Policy string
+}
+
+// Store is a cache of immutable objects in one preallocated file or block
+// device. All methods are safe for concurrent use. See the package comment
+// for the design.
+type Store struct {
+	dev *device
+	q   *queue
+	def *Session
+
+	mu     sync.Mutex // guards everything below
+	idx    *index
+	pol    Policy
+	alloc  *allocator
+	sb     superblock // counters as of open
+	closed bool
+	clean  bool // the index came from a clean close
+
+	evictions, compactions, moved uint64
+
+	hits, misses atomic.Uint64
+}
+
+// Format creates a store at path: a new file preallocated to size bytes, or
+// a block device (all of it, or its first size bytes if size is non-zero).
+func Format(path string, size int64, opts Options) (*Store, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("negative store size %d", size)
+	}
+	dev, err := openDevice(path, true, size)
+	if err != nil {
+		return nil, err
+	}
+	blocks := dev.size/blockSize - superBlocks
+	if blocks < 64 || blocks > int64(^uint32(0)) {
+		dev.close()
+		return nil, fmt.Errorf("store size %d bytes is out of range: use between 36 KiB and 2 TiB", dev.size)
+	}
+	sb := superblock{blocks: uint64(blocks)}
+	if err := writeSuper(dev, &sb); err != nil {
+		dev.close()
+		return nil, err
+	}
+	return newStore(dev, sb, opts)
+}
+
+// Open opens an existing store. If it was not closed cleanly, its index is
+// gone and every object is a miss; the space is reused.
+func Open(path string, opts Options) (*Store, error) {
+	dev, err := openDevice(path, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, superBlocks*blockSize)
+	if dev.size < int64(len(buf)) {
+		dev.close()
+		return nil, fmt.Errorf("%s: %w: too small to hold a superblock", path, ErrCorrupt)
+	}
+	sb, err := readSuper(dev, buf)
+	if err == nil && (sb.blocks+superBlocks)*blockSize > uint64(dev.size) {
+		err = fmt.Errorf("%w: superblock says %d blocks, device is shorter", ErrCorrupt, sb.blocks)
+	}
+	if err != nil {
+		dev.close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	s, err := newStore(dev, sb, opts)
+	if err != nil {
+		return nil, err
+	}
+	if sb.state == stateClean {
+		if err := s.load(); err != nil {
+			s.q.close()
+			dev.close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		s.clean = true
+	}
+	// From here on a crash must not trust the index saved on disk.
+	s.sb.state = stateDirty
+	if err := writeSuper(dev, &s.sb); err != nil {
+		s.q.close()
+		dev.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newStore(dev *device, sb superblock, opts Options) (*Store, error) {
+	pol, err := newPolicy(opts.Policy)
+	if err != nil {
+		dev.close()
+		return nil, err
+	}
+	n := uint32(sb.blocks)
+	s := &Store{dev: dev, idx: newIndex(n), pol: pol, alloc: newAllocator(n), sb: sb}
+	s.q = newQueue(dev)
+	s.def = newSession(s)
+	return s, nil
+}
+
+// NewSession returns a handle whose Sync waits only for its own writes.
+func (s *Store) NewSession() *Session { return newSession(s) }
+
+// Create stores data under key, replacing any object with that key. It
+// returns once the object is indexed and its write queued; data must not
+// change until Sync returns. Reads see the object at once.
+func (s *Store) Create(key string, data []byte) error { return s.def.Create(key, data) }
+
+// Sync waits for the writes submitted through Create (see Session.Sync).
+func (s *Store) Sync() error { return s.def.Sync() }
+
+// Create is Store.Create for this session.
+func (c *Session) Create(key string, data []byte) error {
+	s := c.st
+	if len(key) == 0 || len(key) > maxKeyLen {
+		return fmt.Errorf("key of %d bytes: %w", len(key), ErrKeyTooLong)
+	}
+	size := diskSize(len(key), len(data))
+	if size > int64(^uint32(0)) || int64(blocksFor(size)) > int64(s.alloc.n) {
+		return fmt.Errorf("%d bytes: %w", len(data), ErrTooLarge)
+	}
+	r := newRequest(key, data, size)
+	r.sess = c
+	s.q.waitRoom()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	h := keyHash(key)
+	if id, pos, ok := s.idx.find(h); ok {
+		s.drop(id, pos)
+	}
+	nb := blocksFor(size)
+	b, err := s.place(nb)
+	if err != nil {
+		return err
+	}
+	s.alloc.take(b, nb)
+	s.pol.Add(s.idx.insert(entry{hash: h, block: b, size: uint32(size)}))
+	r.block = b
+	r.off = int64(superBlocks+b) * blockSize
+	c.add()
+	s.q.push(r)
+	return nil
+}
+
+// Read returns the object stored under key, or ErrNotFound. Bytes that fail
+// their checksum, or belong to another key, are a miss and leave the index.
+// Reads are synchronous and run in the caller's goroutine: concurrent
+// readers give the device its parallelism without a queue in between.
+func (s *Store) Read(key string) ([]byte, error) {
+	h := keyHash(key)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	id, _, ok := s.idx.find(h)
+	if !ok {
+		s.mu.Unlock()
+		s.misses.Add(1)
+		return nil, ErrNotFound
+	}
+	e := *s.idx.at(id)
+	s.pol.Hit(id)
+	s.mu.Unlock()
+
+	if data, ok := s.q.pendingData(e.block, key); ok {
+		s.hits.Add(1)
+		return data, nil
+	}
+	data, err := s.readObject(key, e)
+	if errors.Is(err, errMismatch) {
+		s.forget(e)
+		s.misses.Add(1)
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.hits.Add(1)
+	return data, nil
+}
+
+// Remove drops key from the store. It touches only memory.
+func (s *Store) Remove(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	id, pos, ok := s.idx.find(keyHash(key))
+	if !ok {
+		return ErrNotFound
+	}
+	s.drop(id, pos)
+	return nil
+}
+
+// Length returns the length of key's data without touching the disk.
+func (s *Store) Length(key string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	id, _, ok := s.idx.find(keyHash(key))
+	if !ok {
+		return 0, ErrNotFound
+	}
+	return dataLen(s.idx.at(id).size, len(key)), nil
+}
+
+// drop removes an object from the index, the policy and the allocator.
+func (s *Store) drop(id uint32, pos int) {
+	e := s.idx.at(id)
+	s.alloc.release(e.block, blocksFor(int64(e.size)))
+	s.pol.Remove(id)
+	s.idx.remove(id, pos)
+}
+
+// forget drops an object that failed verification, unless it has changed
+// (moved, replaced) since it was read.
+func (s *Store) forget(e entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, pos, ok := s.idx.find(e.hash); ok && *s.idx.at(id) == e {
+		s.drop(id, pos)
+	}
+}
+
+// evictSlack is how much room an eviction round makes beyond the request:
+// a little free space spread over the store keeps later creates from each
+// paying for an eviction or a compaction.
+func (s *Store) evictSlack() uint32 { return s.alloc.n / 64 }
+
+// place finds nb contiguous free blocks. When free space is short it evicts
+// what the policy chooses; when there is enough free space but no run long
+// enough, it compacts.
+func (s *Store) place(nb uint32) (uint32, error) {
+	if b, ok := s.alloc.find(nb); ok {
+		return b, nil
+	}
+	if want := nb + s.evictSlack(); s.alloc.free < want {
+		for s.alloc.free < want {
+			id, ok := s.pol.Victim()
+			if !ok {
+				break
+			}
+			_, pos, _ := s.idx.find(s.idx.at(id).hash)
+			s.drop(id, pos)
+			s.evictions++
+		}
+		if b, ok := s.alloc.find(nb); ok {
+			return b, nil
+		}
+	}
+	if s.alloc.free < nb {
+		return 0, fmt.Errorf("%d blocks: %w", nb, ErrTooLarge)
+	}
+	return s.compact(nb)
+}
+
+// Stats describe a store.
+type Stats struct {
+	Objects       int
+	Capacity      int64   // bytes in the data area
+	Used          int64   // bytes in blocks holding objects
+	Free          int64   // Capacity - Used
+	Largest       int64   // the longest free run in bytes
+	Fragmentation float64 // 1 - Largest/Free: 0 when free space is one run
+	Hits, Misses  uint64  // reads since the store was formatted
+	Evictions     uint64  // since open
+	Compactions   uint64  // since open
+	MovedBytes    int64   // moved by compaction since open
+	CleanOpen     bool    // the index survived from a clean close
+}
+
+// HitRatio is hits over reads, or 0 before the first read.
+func (st Stats) HitRatio() float64 {
+	if st.Hits+st.Misses == 0 {
+		return 0
+	}
+	return float64(st.Hits) / float64(st.Hits+st.Misses)
+}
+
+// Stats reports the store's state.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := int64(s.alloc.free) * blockSize
+	st := Stats{
+		Objects:     s.idx.live,
+		Capacity:    int64(s.alloc.n) * blockSize,
+		Free:        free,
+		Largest:     int64(s.alloc.largest()) * blockSize,
+		Hits:        s.sb.hits + s.hits.Load(),
+		Misses:      s.sb.misses + s.misses.Load(),
+		Evictions:   s.evictions,
+		Compactions: s.compactions,
+		MovedBytes:  int64(s.moved) * blockSize,
+		CleanOpen:   s.clean,
+	}
+	st.Used = st.Capacity - free
+	if free > 0 {
+		st.Fragmentation = 1 - float64(st.Largest)/float64(free)
+	}
+	return st
+}
+
+// Close waits for queued writes, saves the index and marks the store clean.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	s.q.drain()
+	err := s.save()
+	s.q.close()
+	if cerr := s.dev.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
