@@ -78,7 +78,8 @@ func (e *env) NoteAs(key string, c *cred, steps ...[]string) []string {
 func helperCmd(ctx context.Context, c *cred, steps [][]string) *exec.Cmd {
 	js, _ := json.Marshal(steps)
 	cmd := exec.CommandContext(ctx, suite.helper, "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = []string{helperEnv + "=" + string(js), "PATH=/usr/bin:/bin"}
+	// A race-enabled binary sleeps a second at exit unless told not to.
+	cmd.Env = []string{helperEnv + "=" + string(js), "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
 	cmd.Dir = "/"
 	if c != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.uid, Gid: c.gid, Groups: c.groups}}
