@@ -115,3 +115,23 @@ func (a *allocator) largest() uint32 {
 	}
 	return best
 }
+
+// densest returns the start of the stretch with the most free blocks among
+// those long enough to hold nb free blocks at the store's average density.
+// Compaction starting there moves the least data to gather nb blocks.
+func (a *allocator) densest(nb uint32) uint32 {
+	words := len(a.used)
+	span := int(min(uint64(nb)*uint64(a.n)/uint64(max(a.free, 1))/64+1, uint64(words)))
+	freeIn := func(w int) int { return 64 - bits.OnesCount64(a.used[w]) }
+	sum := 0
+	for w := 0; w < span; w++ {
+		sum += freeIn(w)
+	}
+	best, start := sum, 0
+	for w := span; w < words; w++ {
+		if sum += freeIn(w) - freeIn(w-span); sum > best {
+			best, start = sum, w-span+1
+		}
+	}
+	return uint32(start * 64)
+}

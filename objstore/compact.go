@@ -5,9 +5,9 @@ import "fmt"
 // compact makes a free run of nb blocks when free space suffices but is
 // scattered. It slides objects toward the start of the store, closing the
 // holes between them, until the hole it gathers is long enough: first from
-// the allocation cursor, so successive compactions sweep the store a piece
-// at a time, then, if that reaches the end, from block 0, which always ends
-// with all free space in one run.
+// the stretch of the store where free space is densest, so that it moves as
+// little as it can, then, if that reaches the end, from block 0, which
+// always ends with all free space in one run.
 //
 // The paper moved an object toward the front when the area around it was
 // mostly free; sliding is the same move made only when an allocation needs
@@ -15,7 +15,7 @@ import "fmt"
 func (s *Store) compact(nb uint32) (uint32, error) {
 	s.q.drain() // the moves read objects back from the device
 	s.compactions++
-	for _, from := range []uint32{s.alloc.cursor, 0} {
+	for _, from := range []uint32{s.alloc.densest(nb), 0} {
 		b, ok, err := s.slide(s.alloc.nextFree(from), nb)
 		if ok || err != nil {
 			return b, err

@@ -245,20 +245,23 @@ func (s *Store) forget(e entry) {
 	}
 }
 
-// evictSlack is how much room an eviction round makes beyond the request:
-// a little free space spread over the store keeps later creates from each
-// paying for an eviction or a compaction.
-func (s *Store) evictSlack() uint32 { return s.alloc.n / 64 }
+// Eviction keeps some free space spread over the store: compaction gathers
+// a run by moving the live data it passes, so its cost per block gained is
+// used/free, and at 1% free it would copy 99 blocks for each. A create that
+// would leave less than evictLow free evicts until evictHigh is free; above
+// that, scattered free space is compacted rather than evicting anything.
+func (s *Store) evictLow() uint32  { return s.alloc.n / 32 }
+func (s *Store) evictHigh() uint32 { return s.alloc.n / 16 }
 
-// place finds nb contiguous free blocks. When free space is short it evicts
-// what the policy chooses; when there is enough free space but no run long
-// enough, it compacts.
+// place finds nb contiguous free blocks, evicting what the policy chooses
+// when free space is short, and compacting when there is enough free space
+// but no run long enough.
 func (s *Store) place(nb uint32) (uint32, error) {
 	if b, ok := s.alloc.find(nb); ok {
 		return b, nil
 	}
-	if want := nb + s.evictSlack(); s.alloc.free < want {
-		for s.alloc.free < want {
+	if s.alloc.free < nb+s.evictLow() {
+		for want := nb + s.evictHigh(); s.alloc.free < want; {
 			id, ok := s.pol.Victim()
 			if !ok {
 				break

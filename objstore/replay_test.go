@@ -1,0 +1,59 @@
+package objstore
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// The repository is checked out with shared/ beside it.
+const webTrace = "../../shared/traces/web-objects.trace.xz"
+
+// TestReplayTrace replays the web trace into a store a quarter of its size,
+// so that eviction and compaction run on real object sizes; Replay checks
+// every hit's bytes. Both policies run, and SIEVE should not lose to LRU.
+func TestReplayTrace(t *testing.T) {
+	if _, err := os.Stat(webTrace); err != nil {
+		t.Skipf("trace not found at %s (clone shared/ beside the repository): %v", webTrace, err)
+	}
+	ratio := map[string]float64{}
+	for _, policy := range []string{"sieve", "lru"} {
+		s, _ := newTestStore(t, 64<<20, policy)
+		f, err := os.Open(webTrace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTraceReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Replay(s, tr, nil)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := s.Stats()
+		t.Logf("%s: %d requests, hit ratio %.3f, %.0f ops/s, %d evictions, %d compactions", policy, res.Requests, res.HitRatio(), res.OpsPerSec(), st.Evictions, st.Compactions)
+		ratio[policy] = res.HitRatio()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ratio["sieve"] < ratio["lru"]-0.01 {
+		t.Errorf("SIEVE hit ratio %.3f below LRU's %.3f", ratio["sieve"], ratio["lru"])
+	}
+}
+
+// TestTraceErrors checks that a bad trace line is reported with its number.
+func TestTraceErrors(t *testing.T) {
+	for _, bad := range []string{"1 a 10\n2 b\n", "1 a 10\n2 b -3\n", "1 a 10\n2 b ten\n"} {
+		tr, err := NewTraceReader(strings.NewReader(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Next()
+		if _, err := tr.Next(); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%q: error %v, want one naming line 2", bad, err)
+		}
+	}
+}
