@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Benchmarks the shale loop view against native ext4, go-fuse's loopback
+# example and bindfs: the same workloads on each, in one run, the systems
+# interleaved in every repetition (ABCDE ABCDE ...) to spread noise.
+#
+#   bench/core/run.sh [-n RUNS] [-o OUT.md] [-d WORKDIR] [-s SYSTEMS]
+#
+#   -n RUNS     repetitions of every workload on every system (default 5)
+#   -o OUT.md   also write the report (markdown) to OUT.md
+#   -d WORKDIR  where lower directories and mount points go (default
+#               /var/tmp/shale-bench; must be on a disk file system)
+#   -s SYSTEMS  comma-separated subset of: native,shale,shale-nopt,loopback,bindfs
+#
+# Needs root (drop_caches, allow_other). See docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+export PATH=/usr/local/go/bin:$PATH
+export LC_ALL=C
+
+runs=5 out="" work=/var/tmp/shale-bench
+systems=native,shale,shale-nopt,loopback,bindfs
+while getopts "n:o:d:s:h" opt; do
+	case $opt in
+	n) runs=$OPTARG ;;
+	o) out=$OPTARG ;;
+	d) work=$OPTARG ;;
+	s) systems=$OPTARG ;;
+	*) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	esac
+done
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -n wants a positive number, got '$runs'" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
+IFS=, read -r -a syslist <<<"$systems"
+for s in "${syslist[@]}"; do
+	case $s in native | shale | shale-nopt | loopback | bindfs) ;; *) echo "run.sh: unknown system '$s'" >&2; exit 2 ;; esac
+done
+
+SRC=/usr/local/go/src       # the source tree the metadata workloads copy
+BIGMB=1024                  # sequential file size (MiB)
+RANDSECS=10                 # 4 KiB random read run time (s)
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+
+# --- build -----------------------------------------------------------------
+log "building bin/shale (scripts/setup.sh) and go-fuse's loopback example"
+./scripts/setup.sh >&2
+tmp=$(mktemp -d /tmp/shale-bench.XXXXXX)
+( cd "$root" && CGO_ENABLED=0 go build -o "$tmp/loopback" github.com/hanwen/go-fuse/v2/example/loopback )
+gofuse=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2)
+for t in fio bindfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
+
+mkdir -p "$work"
+fstype=$(stat -f -c %T "$work")
+case $fstype in tmpfs | ramfs | fuse* | overlay*) echo "run.sh: $work is on $fstype; pick a disk file system with -d" >&2; exit 1 ;; esac
+results=$tmp/results.tsv
+: >"$results"
+
+# --- systems ---------------------------------------------------------------
+# target SYS: the directory the workloads use on SYS.
+target() { if [ "$1" = native ]; then echo "$work/$1/lower"; else echo "$work/$1/mnt"; fi; }
+
+mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+
+# daemon_pid MNT: the process serving the FUSE mount at MNT.
+daemon_pid() {
+	local p
+	for p in /proc/[0-9]*; do
+		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1" || continue
+		ls -l "$p/fd" 2>/dev/null | grep -q ' /dev/fuse$' && { echo "${p#/proc/}"; return; }
+	done
+}
+
+# cpu_secs PID: user+system CPU time of PID so far, in seconds.
+cpu_secs() {
+	local hz; hz=$(getconf CLK_TCK)
+	if [ -z "$1" ] || [ ! -r "/proc/$1/stat" ]; then echo 0; return; fi
+	awk -v hz="$hz" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
+loopback_pid=""
+mount_sys() {
+	local s=$1 lower=$work/$1/lower mnt=$work/$1/mnt
+	mkdir -p "$lower" "$mnt"
+	case $s in
+	native) return ;;
+	shale) bin/shale mount "$lower" "$mnt" ;;
+	shale-nopt) bin/shale mount --no-passthrough "$lower" "$mnt" ;;
+	loopback)
+		"$tmp/loopback" -q -allow-other "$mnt" "$lower" >>"$tmp/loopback.log" 2>&1 &
+		loopback_pid=$!
+		;;
+	bindfs) bindfs --multithreaded -o default_permissions "$lower" "$mnt" ;;
+	esac
+	for _ in $(seq 100); do mounted "$mnt" && return; sleep 0.1; done
+	echo "run.sh: $s did not mount at $mnt" >&2
+	exit 1
+}
+
+umount_sys() {
+	local s=$1 mnt=$work/$1/mnt
+	[ "$s" = native ] && return
+	mounted "$mnt" || return 0
+	sync
+	case $s in
+	shale | shale-nopt) bin/shale umount "$mnt" || umount -l "$mnt" ;;
+	*) umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" ;;
+	esac
+	if [ "$s" = loopback ] && [ -n "$loopback_pid" ]; then
+		wait "$loopback_pid" 2>/dev/null || true
+		loopback_pid=""
+	fi
+}
+
+cleanup() {
+	local s
+	for s in "${syslist[@]}"; do umount_sys "$s" 2>/dev/null || true; done
+	rm -rf "$work" "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- workloads -------------------------------------------------------------
+cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# timed SYS WORKLOAD CMD...: runs CMD, records its wall time in seconds.
+timed() {
+	local s=$1 w=$2; shift 2
+	local t0=$EPOCHREALTIME
+	"$@" >/dev/null
+	local t1=$EPOCHREALTIME
+	local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }')
+	printf '%s\t%s\t%s\t%s\n' "$rep" "$s" "$w" "$secs" >>"$results"
+	log "  $s $w ${secs}s"
+}
+
+# resident SYS: how much of the big file (in the lower directory) is in the
+# page cache; logged before each cold read as a check that caches were
+# dropped.
+resident() { fincore --bytes --noheadings -o RES "$work/$1/lower/big" 2>/dev/null || echo "?"; }
+
+record() { printf '%s\t%s\t%s\t%s\n' "$rep" "$1" "$2" "$3" >>"$results"; log "  $1 $2 $3"; }
+
+w_cp() { cp -a "$SRC" "$1/src"; }
+w_find() { find "$1/src" | wc -l; }
+w_xgrep() { find "$1/src" -type f -print0 | xargs -0 grep -l "func main" | wc -l; }
+w_grep() { grep -r -l "func main" "$1/src" | wc -l; }
+w_rm() { rm -r "$1/src"; }
+w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
+w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
+
+run_system() {
+	local s=$1 d pid c0 c1 t0 t1 iops
+	d=$(target "$s")
+	mount_sys "$s"
+	pid=""
+	[ "$s" = native ] || pid=$(daemon_pid "$work/$s/mnt")
+
+	cold; timed "$s" "cp -a" w_cp "$d"
+	cold; timed "$s" "find (cold)" w_find "$d"
+	timed "$s" "find (warm)" w_find "$d"
+	cold; timed "$s" "find|xargs grep (cold)" w_xgrep "$d"
+	cold; timed "$s" "grep -r (cold)" w_grep "$d"
+	timed "$s" "grep -r (warm)" w_grep "$d"
+	cold; timed "$s" "rm -r" w_rm "$d"
+
+	cold
+	t0=$EPOCHREALTIME; w_write "$d"; t1=$EPOCHREALTIME
+	record "$s" "seq write 1 GiB" "$(awk -v a="$t0" -v b="$t1" -v mb=$BIGMB 'BEGIN { printf "%.1f", mb / (b - a) }')"
+	cold
+	log "  $s big file resident before seq read: $(resident "$s") bytes"
+	c0=$(cpu_secs "$pid")
+	t0=$EPOCHREALTIME; w_read "$d"; t1=$EPOCHREALTIME
+	c1=$(cpu_secs "$pid")
+	record "$s" "seq read 1 GiB" "$(awk -v a="$t0" -v b="$t1" -v mb=$BIGMB 'BEGIN { printf "%.1f", mb / (b - a) }')"
+	[ "$s" = native ] || record "$s" "daemon CPU during seq read" "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')"
+	cold
+	log "  $s big file resident before randread: $(resident "$s") bytes"
+	iops=$(fio --name=randread --filename="$d/big" --rw=randread --bs=4k --size=${BIGMB}m \
+		--runtime=$RANDSECS --time_based --ioengine=psync --numjobs=1 --minimal | awk -F';' '{ print $8 }')
+	record "$s" "randread 4 KiB" "$iops"
+	rm -f "$d/big"
+	umount_sys "$s"
+}
+
+# --- run -------------------------------------------------------------------
+start=$EPOCHREALTIME
+for rep in $(seq "$runs"); do
+	log "repetition $rep of $runs"
+	for s in "${syslist[@]}"; do run_system "$s"; done
+done
+elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+
+# --- report ----------------------------------------------------------------
+report=$tmp/report.md
+{
+	echo "Command: \`bench/core/run.sh $*\` (-n $runs), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
+	echo
+	echo "- shale: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
+	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
+	echo "- peers: go-fuse $gofuse example/loopback (-allow-other: allow_other,default_permissions; 1s entry/attr timeouts), $(bindfs --version | head -1) (--multithreaded -o default_permissions; allow_other as root), $(fio --version)"
+	echo "- source tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1))"
+	echo
+	go run ./bench/core/report -systems "$systems" <"$results"
+} >"$report"
+cat "$report"
+if [ -n "$out" ]; then
+	cp "$report" "$out"
+	cp "$results" "${out%.md}.tsv"
+	log "report in $out, raw results in ${out%.md}.tsv"
+fi
