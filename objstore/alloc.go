@@ -22,12 +22,14 @@ func newAllocator(n uint32) *allocator {
 	return a
 }
 
-// next returns the first block at or after p whose bit equals set, or n.
-func (a *allocator) next(p uint32, set bool) uint32 {
-	if p >= a.n {
-		return a.n
+// next returns the first block in [p, limit) whose bit equals set, or
+// limit (at most n) if there is none.
+func (a *allocator) next(p, limit uint32, set bool) uint32 {
+	limit = min(limit, a.n)
+	if p >= limit {
+		return limit
 	}
-	for w := p / 64; w < uint32(len(a.used)); w++ {
+	for w := p / 64; w*64 < limit; w++ {
 		word := a.used[w]
 		if !set {
 			word = ^word
@@ -36,35 +38,40 @@ func (a *allocator) next(p uint32, set bool) uint32 {
 			word &= ^uint64(0) << (p % 64)
 		}
 		if word != 0 {
-			return min(w*64+uint32(bits.TrailingZeros64(word)), a.n)
+			return min(w*64+uint32(bits.TrailingZeros64(word)), limit)
 		}
 	}
-	return a.n
+	return limit
 }
 
-func (a *allocator) nextUsed(p uint32) uint32 { return a.next(p, true) }
-func (a *allocator) nextFree(p uint32) uint32 { return a.next(p, false) }
+func (a *allocator) nextUsed(p uint32) uint32 { return a.next(p, a.n, true) }
+func (a *allocator) nextFree(p uint32) uint32 { return a.next(p, a.n, false) }
 
-// find returns the start of a free run of k blocks, searching from the
-// cursor to the end and then from the start.
-func (a *allocator) find(k uint32) (uint32, bool) {
+// find returns the start, a multiple of align, of a free run of k blocks,
+// searching from the cursor to the end and then from the start.
+func (a *allocator) find(k, align uint32) (uint32, bool) {
 	if k > a.free {
 		return 0, false
 	}
-	if b, ok := a.scan(a.cursor, a.n, k); ok {
+	if b, ok := a.scan(a.cursor, a.n, k, align); ok {
 		return b, true
 	}
-	return a.scan(0, a.cursor, k)
+	return a.scan(0, a.cursor, k, align)
 }
 
-// scan looks for a free run of k blocks that starts in [from, to).
-func (a *allocator) scan(from, to, k uint32) (uint32, bool) {
+// scan looks for a free run of k blocks aligned to align that starts in
+// [from, to).
+func (a *allocator) scan(from, to, k, align uint32) (uint32, bool) {
 	for p := from; p < to; {
 		z := a.nextFree(p)
 		if z >= to {
 			return 0, false
 		}
-		o := a.nextUsed(z)
+		if z = alignUp(z, align); z >= a.n || a.n-z < k {
+			return 0, false
+		}
+		// Look no further than k blocks: the run is long enough or it is not.
+		o := a.next(z, z+k, true)
 		if o-z >= k {
 			return z, true
 		}
@@ -102,7 +109,7 @@ func (a *allocator) release(b, k uint32) { a.set(b, k, false) }
 
 // isFree reports whether all of [b, b+k) is free.
 func (a *allocator) isFree(b, k uint32) bool {
-	return uint64(b)+uint64(k) <= uint64(a.n) && a.nextUsed(b) >= b+k
+	return uint64(b)+uint64(k) <= uint64(a.n) && a.next(b, b+k, true) == b+k
 }
 
 // largest returns the longest free run, for fragmentation reports.

@@ -18,8 +18,10 @@ const (
 	headerSize   = 24
 	maxKeyLen    = blockSize - headerSize // header and key always fit in one block
 	directMin    = 256 << 10              // objects this big are written with O_DIRECT
-	flagAligned  = 1                      // data starts at the object's second block
-	objectMagic  = 0x6f534643             // "CFSo"
+	pageSize     = 4096                   // large objects start, and keep their data, page aligned
+	pageBlocks   = pageSize / blockSize
+	flagAligned  = 1          // data starts one page into the object
+	objectMagic  = 0x6f534643 // "CFSo"
 	superSize    = 80
 	stateDirty   = 0
 	stateClean   = 1
@@ -42,28 +44,39 @@ var (
 func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 
 // diskSize is the number of bytes an object occupies on disk, the "size" the
-// index keeps. Small objects are packed (header, key, data); large ones put
-// their data at the second block so it can move by direct I/O without a copy.
-// The two ranges do not overlap, so the size alone tells which layout it is.
+// index keeps. Small objects are packed (header, key, data); large ones
+// start on a page and put their data one page in, so it moves by direct I/O
+// in whole pages without a copy. The two size ranges do not overlap, so the
+// size alone tells which layout an object has.
 func diskSize(keyLen, dataLen int) int64 {
 	if dataLen >= directMin {
-		return blockSize + int64(dataLen)
+		return pageSize + int64(dataLen)
 	}
 	return int64(headerSize + keyLen + dataLen)
 }
 
 // aligned reports whether an object of the given disk size uses the aligned layout.
-func aligned(size uint32) bool { return size >= blockSize+directMin }
+func aligned(size uint32) bool { return size >= pageSize+directMin }
 
 // dataLen recovers an object's length from its disk size and key.
 func dataLen(size uint32, keyLen int) int {
 	if aligned(size) {
-		return int(size) - blockSize
+		return int(size) - pageSize
 	}
 	return int(size) - headerSize - keyLen
 }
 
 func blocksFor(size int64) uint32 { return uint32((size + blockSize - 1) / blockSize) }
+
+// alignFor is the block alignment an object of the given disk size needs.
+func alignFor(size int64) uint32 {
+	if size >= pageSize+directMin {
+		return pageBlocks
+	}
+	return 1
+}
+
+func alignUp(b, align uint32) uint32 { return (b + align - 1) &^ (align - 1) }
 
 // header is the on-disk object header. The CRC covers the header (with the
 // CRC field zero), the key and the data, so a read can tell a stale or torn

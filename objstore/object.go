@@ -19,11 +19,11 @@ func newRequest(key string, data []byte, size int64) *request {
 	hd := header{keyLen: uint16(len(key)), dataLen: uint32(len(data)), hash: keyHash(key)}
 	r := &request{key: key, data: data, n: int(blocksFor(size)) * blockSize}
 	var head []byte
-	if size >= blockSize+directMin {
-		// Aligned layout: header and key fill the first block, the data
-		// follows block aligned, and all buffers suit O_DIRECT.
+	if aligned(uint32(size)) {
+		// Aligned layout: header and key fill the first page, the data
+		// follows page aligned, and all buffers suit O_DIRECT.
 		hd.flags = flagAligned
-		head = alignedBuf(blockSize)
+		head = alignedBuf(pageSize)
 		r.direct = true
 	} else {
 		head = make([]byte, headerSize+len(key))
@@ -56,7 +56,7 @@ func (s *Store) readObject(key string, e entry) ([]byte, error) {
 	var buf, data []byte
 	if aligned(e.size) {
 		buf = alignedBuf(int(blocksFor(int64(e.size))) * blockSize)
-		data = buf[blockSize:e.size]
+		data = buf[pageSize:e.size]
 	} else {
 		if int(e.size) < headerSize+len(key) {
 			return nil, errMismatch // another key with the same hash

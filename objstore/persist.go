@@ -33,7 +33,7 @@ func (s *Store) save() error {
 	if s.idx.live > 0 {
 		var err error
 		// Evicting to make room only shrinks the index, so size it first.
-		if b, err = s.place(blocksFor(int64(s.idx.live) * indexEntSize)); err != nil {
+		if b, err = s.place(blocksFor(int64(s.idx.live)*indexEntSize), 1); err != nil {
 			return err
 		}
 		blob = make([]byte, 0, s.idx.live*indexEntSize)

@@ -33,6 +33,7 @@ type queue struct {
 	busy    bool
 	closed  bool
 	pending map[uint32]*request // queued or in-flight writes by first block
+	peak    int                 // the most entries pending held since it was last made
 	done    chan struct{}
 }
 
@@ -57,6 +58,7 @@ func (q *queue) push(r *request) {
 	q.items = append(q.items, r)
 	q.bytes += r.n
 	q.pending[r.block] = r
+	q.peak = max(q.peak, len(q.pending))
 	q.cond.Broadcast()
 	q.mu.Unlock()
 }
@@ -114,6 +116,11 @@ func (q *queue) run() {
 			if q.pending[r.block] == r {
 				delete(q.pending, r.block)
 			}
+		}
+		if len(q.pending) == 0 && q.peak > 1024 {
+			// Go maps never shrink: a burst of small creates would
+			// otherwise leave its buckets behind for good.
+			q.pending, q.peak = map[uint32]*request{}, 0
 		}
 		q.busy = false
 		q.cond.Broadcast()

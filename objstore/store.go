@@ -147,7 +147,7 @@ func (c *Session) Create(key string, data []byte) error {
 		s.drop(id, pos)
 	}
 	nb := blocksFor(size)
-	b, err := s.place(nb)
+	b, err := s.place(nb, alignFor(size))
 	if err != nil {
 		return err
 	}
@@ -253,31 +253,44 @@ func (s *Store) forget(e entry) {
 func (s *Store) evictLow() uint32  { return s.alloc.n / 32 }
 func (s *Store) evictHigh() uint32 { return s.alloc.n / 16 }
 
-// place finds nb contiguous free blocks, evicting what the policy chooses
-// when free space is short, and compacting when there is enough free space
-// but no run long enough.
-func (s *Store) place(nb uint32) (uint32, error) {
-	if b, ok := s.alloc.find(nb); ok {
-		return b, nil
-	}
-	if s.alloc.free < nb+s.evictLow() {
-		for want := nb + s.evictHigh(); s.alloc.free < want; {
-			id, ok := s.pol.Victim()
-			if !ok {
-				break
-			}
-			_, pos, _ := s.idx.find(s.idx.at(id).hash)
-			s.drop(id, pos)
-			s.evictions++
-		}
-		if b, ok := s.alloc.find(nb); ok {
+// place finds nb contiguous free blocks aligned to align, evicting what the
+// policy chooses when free space is short, and compacting when there is
+// enough free space but no run long enough.
+func (s *Store) place(nb, align uint32) (uint32, error) {
+	for {
+		if b, ok := s.alloc.find(nb, align); ok {
 			return b, nil
 		}
+		if s.alloc.free < nb+s.evictLow() {
+			for want := nb + s.evictHigh(); s.alloc.free < want && s.evict(); {
+			}
+			if b, ok := s.alloc.find(nb, align); ok {
+				return b, nil
+			}
+		}
+		if s.alloc.free >= nb {
+			b, ok, err := s.compact(nb, align)
+			if ok || err != nil {
+				return b, err
+			}
+		}
+		// Alignment gaps left compaction just short: make more room.
+		if !s.evict() {
+			return 0, fmt.Errorf("%d blocks: %w", nb, ErrTooLarge)
+		}
 	}
-	if s.alloc.free < nb {
-		return 0, fmt.Errorf("%d blocks: %w", nb, ErrTooLarge)
+}
+
+// evict drops the policy's next victim, if there is one.
+func (s *Store) evict() bool {
+	id, ok := s.pol.Victim()
+	if !ok {
+		return false
 	}
-	return s.compact(nb)
+	_, pos, _ := s.idx.find(s.idx.at(id).hash)
+	s.drop(id, pos)
+	s.evictions++
+	return true
 }
 
 // Stats describe a store.
