@@ -106,6 +106,43 @@ func (d *device) readAt(p []byte, off int64) error {
 	return err
 }
 
+// readChunk is the unit in which readAhead reads large objects.
+const readChunk = 16 << 20
+
+const readersInFlight = 2
+
+// readAhead starts reading p at off and returns a function that waits until
+// the first n bytes are in. Large reads go chunk by chunk on another
+// goroutine, so the caller can verify one chunk while the next is read.
+func (d *device) readAhead(p []byte, off int64) func(n int) error {
+	if len(p) <= readChunk {
+		err := d.readAt(p, off)
+		return func(int) error { return err }
+	}
+	chunks := (len(p) + readChunk - 1) / readChunk
+	done := make([]chan error, chunks)
+	for i := range done {
+		done[i] = make(chan error, 1)
+	}
+	for w := 0; w < readersInFlight; w++ {
+		go func() {
+			for i := w; i < chunks; i += readersInFlight {
+				c := i * readChunk
+				done[i] <- d.readAt(p[c:min(c+readChunk, len(p))], off+int64(c))
+			}
+		}()
+	}
+	got := 0
+	return func(n int) error {
+		for ; got*readChunk < n; got++ {
+			if err := <-done[got]; err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // writev writes bufs back to back at off. It uses O_DIRECT for large
 // writes whose buffers are all aligned in memory and in length.
 func (d *device) writev(bufs [][]byte, off int64) error {

@@ -51,30 +51,53 @@ func newRequest(key string, data []byte, size int64) *request {
 }
 
 // readObject reads e from disk and checks that it is key's object, whole.
-func (s *Store) readObject(key string, e entry) ([]byte, error) {
+// The data lands in p when p has room (and, for a large object, is block
+// aligned, as Go's large allocations are); otherwise in a new buffer.
+func (s *Store) readObject(key string, e entry, p []byte) ([]byte, error) {
 	off := int64(superBlocks+e.block) * blockSize
-	var buf, data []byte
+	n := dataLen(e.size, len(key))
+	if n < 0 {
+		return nil, errMismatch // another key with the same hash
+	}
+	var head, data []byte
+	wait := func(int) error { return nil }
 	if aligned(e.size) {
-		buf = alignedBuf(int(blocksFor(int64(e.size))) * blockSize)
-		data = buf[pageSize:e.size]
-	} else {
-		if int(e.size) < headerSize+len(key) {
-			return nil, errMismatch // another key with the same hash
+		// Header and data are separate reads, so that the data can go
+		// straight into the caller's buffer by direct I/O.
+		head = make([]byte, headerSize+len(key))
+		if err := s.dev.readAt(head, off); err != nil {
+			return nil, err
 		}
-		buf = make([]byte, e.size)
-		data = buf[headerSize+len(key):]
+		need := int(alignUp(uint32(n), blockSize))
+		buf := p
+		if cap(p) < need || !isAligned(p[:need]) {
+			buf = alignedBuf(need)
+		}
+		wait = s.dev.readAhead(buf[:need], off+pageSize)
+		data = buf[:n]
+	} else {
+		buf := make([]byte, e.size)
+		if err := s.dev.readAt(buf, off); err != nil {
+			return nil, err
+		}
+		head, data = buf[:headerSize+len(key)], buf[headerSize+len(key):]
 	}
-	if err := s.dev.readAt(buf, off); err != nil {
-		return nil, err
+	hd, ok := decodeHeader(head)
+	if !ok || int(hd.keyLen) != len(key) || string(head[headerSize:]) != key ||
+		int(hd.dataLen) != n || (hd.flags == flagAligned) != aligned(e.size) {
+		return nil, errMismatch
 	}
-	hd, ok := decodeHeader(buf)
-	switch {
-	case !ok,
-		int(hd.keyLen) != len(key),
-		string(buf[headerSize:headerSize+len(key)]) != key,
-		int(hd.dataLen) != len(data),
-		(hd.flags == flagAligned) != aligned(e.size),
-		crc32.Update(objectCRC(buf, key, nil), castagnoli, data) != hd.crc:
+	// Checksum each chunk as it arrives, while the next is being read.
+	c := objectCRC(head, key, nil)
+	for done := 0; done < n; {
+		next := min(done+readChunk, n)
+		if err := wait(next); err != nil {
+			return nil, err
+		}
+		c = crc32.Update(c, castagnoli, data[done:next])
+		done = next
+	}
+	if c != hd.crc {
 		return nil, errMismatch
 	}
 	return data, nil

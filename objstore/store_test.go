@@ -49,6 +49,12 @@ func TestModel(t *testing.T) {
 					creates++
 				case r < 85:
 					got, err := s.Read(key)
+					if rng.IntN(2) == 0 {
+						buf := make([]byte, 600<<10)
+						var n int
+						n, err = s.ReadInto(key, buf)
+						got = buf[:n]
+					}
 					want, inModel := model[key]
 					switch {
 					case err == nil && !inModel:
