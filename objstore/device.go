@@ -65,11 +65,13 @@ func (d *device) sizeUp(create bool, size int64) error {
 		return err
 	}
 	switch {
-	case d.block && create && size > end:
-		return fmt.Errorf("%s holds %d bytes, less than the %d asked for", d.f.Name(), end, size)
-	case d.block && create && size > 0:
+	case d.block && size > end:
+		return fmt.Errorf("%s holds %d bytes, less than the %d asked for: leave out --size to use all of it", d.f.Name(), end, size)
+	case d.block && size > 0:
 		d.size = size
-	case create:
+	case d.block || !create:
+		d.size = end
+	default:
 		if err := unix.Fallocate(int(d.f.Fd()), 0, 0, size); err != nil {
 			if !errors.Is(err, unix.EOPNOTSUPP) {
 				return fmt.Errorf("preallocate %s: %w", d.f.Name(), err)
@@ -79,8 +81,6 @@ func (d *device) sizeUp(create bool, size int64) error {
 			}
 		}
 		d.size = size
-	default:
-		d.size = end
 	}
 	return nil
 }

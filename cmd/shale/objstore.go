@@ -27,7 +27,7 @@ See docs/objstore.md.`,
 	create := &cobra.Command{
 		Use:   "create STORE --size SIZE",
 		Short: "create a store in a new file, or on a block device",
-		Args:  cobra.ExactArgs(1),
+		Args:  argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
 			var n uint64
 			if size != "" {
@@ -51,7 +51,7 @@ See docs/objstore.md.`,
 	put := &cobra.Command{
 		Use:   "put STORE KEY FILE",
 		Short: "store the contents of FILE under KEY",
-		Args:  cobra.ExactArgs(3),
+		Args:  argCount(3, 3),
 		RunE: func(c *cobra.Command, args []string) error {
 			data, err := os.ReadFile(args[2])
 			if err != nil {
@@ -68,7 +68,7 @@ See docs/objstore.md.`,
 	get := &cobra.Command{
 		Use:   "get STORE KEY [FILE]",
 		Short: "write the object KEY to FILE, or to standard output",
-		Args:  cobra.RangeArgs(2, 3),
+		Args:  argCount(2, 3),
 		RunE: func(c *cobra.Command, args []string) error {
 			return withStore(args[0], "", func(s *objstore.Store) error {
 				data, err := s.Read(args[1])
@@ -89,7 +89,7 @@ See docs/objstore.md.`,
 	rm := &cobra.Command{
 		Use:   "rm STORE KEY",
 		Short: "remove the object KEY",
-		Args:  cobra.ExactArgs(2),
+		Args:  argCount(2, 2),
 		RunE: func(c *cobra.Command, args []string) error {
 			return withStore(args[0], "", func(s *objstore.Store) error {
 				if err := s.Remove(args[1]); errors.Is(err, objstore.ErrNotFound) {
@@ -104,7 +104,7 @@ See docs/objstore.md.`,
 	stat := &cobra.Command{
 		Use:   "stat STORE",
 		Short: "print objects, bytes used and free, fragmentation and hit ratio",
-		Args:  cobra.ExactArgs(1),
+		Args:  argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return withStore(args[0], "", func(s *objstore.Store) error {
 				st := s.Stats()
@@ -125,7 +125,7 @@ See docs/objstore.md.`,
 	replay := &cobra.Command{
 		Use:   "replay STORE TRACE",
 		Short: "replay a `time id size` trace (plain, xz or gzip) against the store",
-		Args:  cobra.ExactArgs(2),
+		Args:  argCount(2, 2),
 		RunE: func(c *cobra.Command, args []string) error {
 			return withStore(args[0], policy, func(s *objstore.Store) error {
 				return runReplay(s, args[1])
@@ -135,6 +135,16 @@ See docs/objstore.md.`,
 	replay.Flags().StringVar(&policy, "policy", objstore.DefaultPolicy, "replacement policy: sieve or lru")
 	cmd.AddCommand(create, put, get, rm, stat, replay)
 	rootCmd.AddCommand(cmd)
+}
+
+// argCount is cobra's RangeArgs with an error that says what to do.
+func argCount(lo, hi int) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return fmt.Errorf("usage: %s (got %d arguments): see '%s --help'", c.UseLine(), len(args), c.CommandPath())
+		}
+		return nil
+	}
 }
 
 func isBlockDevice(path string) bool {
