@@ -34,11 +34,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Errors a caller can test for with errors.Is.
 var (
-	ErrNotFound   = errors.New("object not found")
-	ErrCorrupt    = errors.New("corrupt store")
-	ErrKeyTooLong = fmt.Errorf("key longer than %d bytes", maxKeyLen)
-	ErrTooLarge   = errors.New("object larger than the store")
-	ErrClosed     = errors.New("store is closed")
+	ErrNotFound  = errors.New("object not found")
+	ErrCorrupt   = errors.New("corrupt store")
+	ErrKeyLength = fmt.Errorf("a key must be 1 to %d bytes long", maxKeyLen)
+	ErrTooLarge  = errors.New("object larger than the store")
+	ErrClosed    = errors.New("store is closed")
 )
 
 func keyHash(key string) uint64 { return xxhash.Sum64String(key) }

@@ -128,7 +128,7 @@ func (s *Store) Sync() error { return s.def.Sync() }
 func (c *Session) Create(key string, data []byte) error {
 	s := c.st
 	if len(key) == 0 || len(key) > maxKeyLen {
-		return fmt.Errorf("key of %d bytes: %w", len(key), ErrKeyTooLong)
+		return fmt.Errorf("key of %d bytes: %w", len(key), ErrKeyLength)
 	}
 	size := diskSize(len(key), len(data))
 	if size > int64(^uint32(0)) || int64(blocksFor(size)) > int64(s.alloc.n) {
