@@ -37,7 +37,7 @@ type index struct {
 // newIndex sizes the slot layout for at most maxObjects objects.
 func newIndex(maxObjects uint32) *index {
 	idBits := uint(bits.Len32(maxObjects + 1))
-	if maxObjects+1 == 0 || idBits > 32 {
+	if maxObjects+1 == 0 { // 2^32-1 objects: ids take the whole slot
 		idBits = 32
 	}
 	return &index{table: make([]uint32, minTable), idBits: idBits, hintBits: 32 - idBits}

@@ -15,8 +15,8 @@ var zeros [blockSize]byte
 
 // newRequest lays an object out for writing. It runs before the store lock
 // is taken, so checksumming large objects does not hold up other callers.
-func newRequest(key string, data []byte, size int64) *request {
-	hd := header{keyLen: uint16(len(key)), dataLen: uint32(len(data)), hash: keyHash(key)}
+func newRequest(key string, h uint64, data []byte, size int64) *request {
+	hd := header{keyLen: uint16(len(key)), dataLen: uint32(len(data)), hash: h}
 	r := &request{key: key, data: data, n: int(blocksFor(size)) * blockSize}
 	var head []byte
 	if aligned(uint32(size)) {

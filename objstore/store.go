@@ -134,7 +134,8 @@ func (c *Session) Create(key string, data []byte) error {
 	if size > int64(^uint32(0)) || int64(blocksFor(size)) > int64(s.alloc.n) {
 		return fmt.Errorf("%d bytes: %w", len(data), ErrTooLarge)
 	}
-	r := newRequest(key, data, size)
+	h := keyHash(key)
+	r := newRequest(key, h, data, size)
 	r.sess = c
 	s.q.waitRoom()
 
@@ -143,7 +144,6 @@ func (c *Session) Create(key string, data []byte) error {
 	if s.closed {
 		return ErrClosed
 	}
-	h := keyHash(key)
 	if id, pos, ok := s.idx.find(h); ok {
 		s.drop(id, pos)
 	}

@@ -156,7 +156,7 @@ func isBlockDevice(path string) bool {
 func withStore(path, policy string, fn func(*objstore.Store) error) error {
 	s, err := objstore.Open(path, objstore.Options{Policy: policy})
 	if errors.Is(err, objstore.ErrCorrupt) {
-		return fmt.Errorf("open %w: recreate it with 'shale objstore create'", err)
+		return fmt.Errorf("open %w: its objects are lost: recreate it with 'shale objstore create' (remove a file first)", err)
 	}
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
