@@ -1,8 +1,12 @@
 package fuseview
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -82,4 +86,79 @@ func TestTwoMountsInOneProcess(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("waiting lock after release: %v", err)
 	}
+}
+
+// With passthrough the kernel maps the host file itself, so a change made
+// directly in the lower directory shows at once in a mapping made through
+// the mount; without it the mount's own page cache keeps the old bytes.
+// That tells the two data paths apart. The mapping is made in a child
+// process: a page fault on our own mount would stall this one's garbage
+// collector, which waits for the faulting thread while it waits for us.
+func TestPassthroughServesTheHostFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts FUSE file systems: run it as root")
+	}
+	for _, pt := range []bool{true, false} {
+		lower := t.TempDir()
+		root, err := hostfs.New(lower)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mnt := t.TempDir()
+		srv, err := Mount(mnt, root, Options{Timeout: time.Second, Passthrough: pt, Source: lower})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(lower, "f"), []byte("old!"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		child := exec.Command(os.Args[0], "-test.run=^$")
+		child.Env = append(os.Environ(), mapHelperEnv+"="+filepath.Join(mnt, "f"))
+		in, _ := child.StdinPipe()
+		out, _ := child.StdoutPipe()
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(out)
+		if l, err := r.ReadString('\n'); l != "mapped old!\n" {
+			t.Fatalf("mapping child: %q %v", l, err)
+		}
+		if err := os.WriteFile(filepath.Join(lower, "f"), []byte("new!"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		in.Write([]byte("go\n"))
+		got, _ := r.ReadString('\n')
+		child.Wait()
+		if err := srv.Unmount(); err != nil {
+			t.Error(err)
+		}
+		root.Forget()
+		if want := map[bool]string{true: "new!", false: "old!"}[pt]; strings.TrimSpace(got) != want {
+			t.Errorf("passthrough=%v: mapping shows %q, want %q", pt, got, want)
+		}
+	}
+}
+
+const mapHelperEnv = "FUSEVIEW_TEST_MAP"
+
+// TestMain runs the mapping child when asked to: map the file, say
+// "mapped", and on a line from the parent print what the mapping shows.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(mapHelperEnv); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		mem, err := unix.Mmap(int(f.Fd()), 0, 4, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("mapped " + string(mem)) // the copy faults the page in
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Println(string(mem))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }

@@ -18,7 +18,12 @@ type file struct {
 	fs  *FS
 
 	mu     sync.Mutex
-	flocks []uint64 // owners of flock locks taken through this open file
+	owners []lockOwner // who took locks through this open file
+}
+
+type lockOwner struct {
+	owner uint64
+	flock bool
 }
 
 func (n *node) newFile(fd int) *file { return &file{fd: fd, tok: n.token, fs: n.fs} }
@@ -60,9 +65,12 @@ func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
 }
 
 func (f *file) Release(ctx context.Context) layer.Errno {
+	// flock and OFD locks belong to the open file, and the kernel sends
+	// no unlock for them when it goes; a POSIX lock owner has flushed its
+	// locks before the last close, so releasing every owner is safe.
 	f.mu.Lock()
-	for _, o := range f.flocks {
-		f.fs.locks.Release(f.tok, o, true)
+	for _, o := range f.owners {
+		f.fs.locks.Release(f.tok, o.owner, o.flock)
 	}
 	f.mu.Unlock()
 	err := unix.Close(f.fd)
@@ -97,10 +105,11 @@ func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Er
 
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
 	e := f.fs.locks.Set(ctx, f.tok, owner, lk, wait)
-	if e == 0 && lk.Flock && lk.Type != syscall.F_UNLCK {
+	if e == 0 && lk.Type != syscall.F_UNLCK {
+		o := lockOwner{owner, lk.Flock}
 		f.mu.Lock()
-		if !slices.Contains(f.flocks, owner) {
-			f.flocks = append(f.flocks, owner)
+		if !slices.Contains(f.owners, o) {
+			f.owners = append(f.owners, o)
 		}
 		f.mu.Unlock()
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ type mountFlags struct {
 	noPassthrough bool
 	debug         bool
 	logFile       string
+	cpuProfile    string
 }
 
 // readyFdEnv names the descriptor on which a background child reports
@@ -64,6 +66,8 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
 	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
+	fl.MarkHidden("cpuprofile")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -238,6 +242,14 @@ func serve(f *mountFlags, lower, mnt string) error {
 				unix.Dup2(int(null.Fd()), fd)
 			}
 		}
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(pf)
+		defer pprof.StopCPUProfile()
 	}
 	go endOnSignal(server, mnt, logger)
 	server.Wait()
