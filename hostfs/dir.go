@@ -11,7 +11,12 @@ import (
 )
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
-	fd, err := unix.Open(procPath(n.fd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	nfd, e := n.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer n.done()
+	fd, err := unix.Open(procPath(nfd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, errno(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,34 +38,45 @@ type FS struct {
 	rootDev uint64
 	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
 	locks   lock.Table
+	fds     *fdCache
 }
 
 // New opens dir and returns its root node.
 func New(dir string) (layer.Node, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0}
+	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0, fds: newFdCache(fd)}
 	var st unix.Statx_t
 	if err := statx(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat %s: %w", dir, err)
 	}
 	fs.rootDev = unix.Mkdev(st.Dev_major, st.Dev_minor)
-	return fs.newNode(fd, &st), nil
+	root := fs.newNode(fd, &st)
+	root.pinned = true // it is the cache's mount descriptor, outside the ring
+	return root, nil
 }
 
-// node is a host object held by an O_PATH descriptor.
+// node is a host object held by an O_PATH descriptor, or by a file
+// handle while the descriptor cache has evicted it (fds.go).
 type node struct {
 	fs    *FS
-	fd    int
 	token layer.Token
-	mode  uint32 // S_IFMT bits; a node never changes type
+	dev   uint64
+
+	mu     sync.Mutex
+	fd     int              // -1 while evicted or after Forget
+	fh     *unix.FileHandle // to reopen an evicted node
+	users  int              // operations using fd now
+	ref    bool             // used since the clock hand passed
+	pinned bool             // never evicted
+	slot   int              // index in the cache's ring, or -1
 }
 
 func (fs *FS) newNode(fd int, st *unix.Statx_t) *node {
-	return &node{fs: fs, fd: fd, token: fs.token(st), mode: uint32(st.Mode) & unix.S_IFMT}
+	return &node{fs: fs, fd: fd, token: fs.token(st), dev: unix.Mkdev(st.Dev_major, st.Dev_minor), slot: -1}
 }
 
 // token derives a stable identity from device, inode number and birth time.
@@ -118,16 +130,21 @@ func validName(name string) layer.Errno {
 
 func (n *node) Token() layer.Token { return n.token }
 
-func (n *node) Forget() {
-	unix.Close(n.fd)
-	n.fd = -1
-}
+func (n *node) Forget() { n.forget() }
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
-	fd := n.fd
 	if f, ok := h.(*file); ok {
-		fd = f.fd
+		return statxAttr(f.fd, out)
 	}
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
+	return statxAttr(fd, out)
+}
+
+func statxAttr(fd int, out *layer.Attr) layer.Errno {
 	var st unix.Statx_t
 	if err := statx(fd, &st); err != nil {
 		return errno(err)
@@ -137,8 +154,13 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
 	if in.Valid&layer.SetMode != 0 {
-		if err := unix.Chmod(procPath(n.fd), in.Mode&07777); err != nil {
+		if err := unix.Chmod(procPath(fd), in.Mode&07777); err != nil {
 			return errno(err)
 		}
 	}
@@ -150,7 +172,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		if in.Valid&layer.SetGid != 0 {
 			gid = int(in.Gid)
 		}
-		if err := unix.Fchownat(n.fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return errno(err)
 		}
 	}
@@ -159,7 +181,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		if f, ok := h.(*file); ok {
 			err = unix.Ftruncate(f.fd, int64(in.Size))
 		} else {
-			err = unix.Truncate(procPath(n.fd), int64(in.Size))
+			err = unix.Truncate(procPath(fd), int64(in.Size))
 		}
 		if err != nil {
 			return errno(err)
@@ -179,20 +201,23 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		case in.Valid&layer.SetMtime != 0:
 			ts[1] = unix.NsecToTimespec(in.Mtime.UnixNano())
 		}
-		if err := unix.UtimesNanoAt(n.fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return errno(err)
 		}
 	}
-	return n.Getattr(ctx, h, out)
+	if f, ok := h.(*file); ok {
+		fd = f.fd
+	}
+	return statxAttr(fd, out)
 }
 
-// child opens name beneath n as a new node and stats it.
-func (n *node) child(name string, out *layer.Attr) (*node, layer.Errno) {
-	fd, err := unix.Openat(n.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// child opens name beneath the directory dirfd as a new node and stats it.
+func (fs *FS) child(dirfd int, name string, out *layer.Attr) (*node, layer.Errno) {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, errno(err)
 	}
-	return n.fs.adopt(fd, out)
+	return fs.adopt(fd, out)
 }
 
 // adopt makes a node of an O_PATH descriptor.
@@ -203,14 +228,21 @@ func (fs *FS) adopt(fd int, out *layer.Attr) (*node, layer.Errno) {
 		return nil, errno(err)
 	}
 	out.FromStatx(&st)
-	return fs.newNode(fd, &st), 0
+	n := fs.newNode(fd, &st)
+	fs.fds.add(n)
+	return n, 0
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
-	c, e := n.child(name, out)
+	fd, e := n.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer n.done()
+	c, e := n.fs.child(fd, name, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -218,15 +250,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func() error { return unix.Mkdirat(n.fd, name, mode) })
+	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mkdirat(dirfd, name, mode) })
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func() error { return unix.Mknodat(n.fd, name, mode, int(dev)) })
+	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mknodat(dirfd, name, mode, int(dev)) })
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func() error { return unix.Symlinkat(string(target), n.fd, name) })
+	return n.make(ctx, name, out, func(dirfd int) error { return unix.Symlinkat(string(target), dirfd, name) })
 }
 
 func (n *node) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
@@ -236,20 +268,30 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 	}
 	// linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc form
 	// works for everyone and names the same inode.
-	return n.make(ctx, name, out, func() error {
-		return unix.Linkat(unix.AT_FDCWD, procPath(t.fd), n.fd, name, unix.AT_SYMLINK_FOLLOW)
+	tfd, e := t.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer t.done()
+	return n.make(ctx, name, out, func(dirfd int) error {
+		return unix.Linkat(unix.AT_FDCWD, procPath(tfd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 	})
 }
 
 // make runs mk as the caller and returns the node it made.
-func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func() error) (layer.Node, layer.Errno) {
+func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(dirfd int) error) (layer.Node, layer.Errno) {
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
-	if err := n.fs.asCaller(ctx, mk); err != nil {
+	fd, e := n.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer n.done()
+	if err := n.fs.asCaller(ctx, func() error { return mk(fd) }); err != nil {
 		return nil, errno(err)
 	}
-	c, e := n.child(name, out)
+	c, e := n.fs.child(fd, name, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -260,9 +302,14 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if e := validName(name); e != 0 {
 		return nil, nil, e
 	}
+	dirfd, e := n.use()
+	if e != 0 {
+		return nil, nil, e
+	}
+	defer n.done()
 	var fd int
 	err := n.fs.asCaller(ctx, func() (err error) {
-		fd, err = unix.Openat(n.fd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		fd, err = unix.Openat(dirfd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		return err
 	})
 	if err != nil {
@@ -287,14 +334,24 @@ func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
 	if e := validName(name); e != 0 {
 		return e
 	}
-	return errno(unix.Unlinkat(n.fd, name, 0))
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
+	return errno(unix.Unlinkat(fd, name, 0))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
 	if e := validName(name); e != 0 {
 		return e
 	}
-	return errno(unix.Unlinkat(n.fd, name, unix.AT_REMOVEDIR))
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
+	return errno(unix.Unlinkat(fd, name, unix.AT_REMOVEDIR))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
@@ -308,13 +365,28 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e := validName(newName); e != 0 {
 		return e
 	}
-	return errno(unix.Renameat2(n.fd, name, d.fd, newName, uint(flags)))
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
+	dfd, e := d.use()
+	if e != 0 {
+		return e
+	}
+	defer d.done()
+	return errno(unix.Renameat2(fd, name, dfd, newName, uint(flags)))
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	fd, e := n.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer n.done()
 	for size := 256; ; size *= 2 {
 		buf := make([]byte, size)
-		k, err := unix.Readlinkat(n.fd, "", buf)
+		k, err := unix.Readlinkat(fd, "", buf)
 		if err != nil {
 			return nil, errno(err)
 		}
@@ -328,7 +400,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	// O_NOFOLLOW would refuse the /proc link itself; the node is never a
 	// symlink here because the kernel does not open symlinks.
 	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
-	fd, err := unix.Open(procPath(n.fd), int(flags)|unix.O_CLOEXEC, 0)
+	nfd, e := n.use()
+	if e != 0 {
+		return nil, e
+	}
+	defer n.done()
+	fd, err := unix.Open(procPath(nfd), int(flags)|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -336,8 +413,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 }
 
 func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(n.fd, &st); err != nil {
+	if err := unix.Fstatfs(fd, &st); err != nil {
 		return errno(err)
 	}
 	*out = layer.Statfs{
@@ -348,20 +430,36 @@ func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
 	return 0
 }
 
-func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
-	k, err := unix.Getxattr(procPath(n.fd), name, dest)
-	return k, errno(err)
+// withPath runs fn on the /proc path of the node's descriptor.
+func (n *node) withPath(fn func(path string) error) layer.Errno {
+	fd, e := n.use()
+	if e != 0 {
+		return e
+	}
+	defer n.done()
+	return errno(fn(procPath(fd)))
+}
+
+func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (k int, e layer.Errno) {
+	e = n.withPath(func(p string) (err error) {
+		k, err = unix.Getxattr(p, name, dest)
+		return err
+	})
+	return k, e
 }
 
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
-	return errno(unix.Setxattr(procPath(n.fd), name, value, int(flags)))
+	return n.withPath(func(p string) error { return unix.Setxattr(p, name, value, int(flags)) })
 }
 
-func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
-	k, err := unix.Listxattr(procPath(n.fd), dest)
-	return k, errno(err)
+func (n *node) Listxattr(ctx context.Context, dest []byte) (k int, e layer.Errno) {
+	e = n.withPath(func(p string) (err error) {
+		k, err = unix.Listxattr(p, dest)
+		return err
+	})
+	return k, e
 }
 
 func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
-	return errno(unix.Removexattr(procPath(n.fd), name))
+	return n.withPath(func(p string) error { return unix.Removexattr(p, name) })
 }

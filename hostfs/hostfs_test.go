@@ -2,6 +2,7 @@ package hostfs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -242,5 +243,44 @@ func TestCreateAsCaller(t *testing.T) {
 	c.Forget()
 	if a.Uid != 0 {
 		t.Errorf("file made by root afterwards belongs to %d", a.Uid)
+	}
+}
+
+// More nodes than descriptors: the cache trades descriptors for handles
+// and every node stays usable.
+func TestDescriptorBudget(t *testing.T) {
+	dir, root := newFS(t)
+	fs := root.(*node).fs
+	fs.fds.budget = 8
+	var nodes []layer.Node
+	for i := 0; i < 100; i++ {
+		name := fmt.Sprintf("f%03d", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, lookup(t, root, name))
+	}
+	if k := len(fs.fds.ring); k > 8 {
+		t.Errorf("%d descriptors held, budget 8", k)
+	}
+	for i, n := range nodes {
+		name := fmt.Sprintf("f%03d", i)
+		h, e := n.Open(ctx, syscall.O_RDONLY)
+		if e != 0 {
+			t.Fatalf("Open %s: %v", name, e)
+		}
+		buf := make([]byte, 8)
+		k, _ := h.Read(ctx, buf, 0)
+		h.Release(ctx)
+		if string(buf[:k]) != name {
+			t.Fatalf("node %s reads %q", name, buf[:k])
+		}
+		var a layer.Attr
+		if e := n.Setattr(ctx, nil, &layer.SetAttr{Valid: layer.SetMode, Mode: 0o600}, &a); e != 0 || a.Mode&0o777 != 0o600 {
+			t.Fatalf("Setattr %s: %v %o", name, e, a.Mode)
+		}
+	}
+	if k := len(fs.fds.ring); k > 8 {
+		t.Errorf("%d descriptors held after use, budget 8", k)
 	}
 }
