@@ -218,6 +218,8 @@ func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle,
 	if e != 0 {
 		return nil, 0, e
 	}
+	// No FOPEN_CACHE_DIR: a cached listing would serve an open stream's
+	// seekdir from before deletions made since, where ext4 does not.
 	return &dirHandle{d: d}, 0, 0
 }
 

@@ -57,6 +57,10 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 		MaxReadAhead: 1 << 20,
 		Debug:        o.Debug,
 		EnableLocks:  true,
+		// Symlinks never change in place, so caching them is safe; the
+		// kernel decides when a listing is worth READDIRPLUS.
+		EnableSymlinkCaching: true,
+		ExtraCapabilities:    fuse.CAP_READDIRPLUS_AUTO,
 	}
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
