@@ -1,0 +1,316 @@
+package crypt
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/crypto/scrypt"
+)
+
+// ConfigName is the file in LOWER that holds the wrapped master key.
+const ConfigName = "shale.conf"
+
+// config is shale.conf: the master key, wrapped by AES-256-GCM under a key
+// derived from the passphrase with scrypt. JSON encodes the byte fields in
+// standard base64. See docs/crypt-format.md.
+type config struct {
+	Format     string    `json:"format"`  // configFormat
+	Version    int       `json:"version"` // configVersion
+	KDF        kdfParams `json:"kdf"`
+	Nonce      []byte    `json:"nonce"`       // 12 bytes
+	WrappedKey []byte    `json:"wrapped_key"` // 32-byte master key + 16-byte tag
+	// Checksum is the hex SHA-256 of wrapAD || Nonce || WrappedKey. It is
+	// not a defence (anyone can recompute it); it lets a damaged file be
+	// told apart from a wrong passphrase. Tampering is caught by the AD.
+	Checksum string `json:"checksum"`
+}
+
+type kdfParams struct {
+	Name string `json:"name"` // "scrypt"
+	LogN int    `json:"log_n"`
+	R    int    `json:"r"`
+	P    int    `json:"p"`
+	Salt []byte `json:"salt"` // 32 bytes
+}
+
+const (
+	configFormat  = "shale-crypt"
+	configVersion = 1
+	kdfScrypt     = "scrypt"
+	saltSize      = 32
+	wrapNonceSize = 12
+
+	// DefaultScryptLogN makes scrypt take 64 MiB and about 0.2 s.
+	DefaultScryptLogN = 16
+	minInitLogN       = 10
+	maxInitLogN       = 20
+	// maxScryptMem bounds what a config may make Open spend (128·r·N
+	// bytes), so a damaged or hostile config cannot exhaust memory.
+	maxScryptMem = 1 << 30
+)
+
+// Errors that callers tell apart with errors.Is.
+var (
+	ErrWrongPassphrase = errors.New("wrong passphrase")
+	ErrNoConfig        = errors.New("not a crypt directory")
+	ErrInitialised     = errors.New("already a crypt directory")
+	ErrNotEmpty        = errors.New("not empty")
+	ErrDamaged         = errors.New("damaged")
+)
+
+// Options tune Init.
+type Options struct {
+	// ScryptLogN is log2 of scrypt's cost parameter N; 0 means
+	// DefaultScryptLogN. r is 8 and p is 1.
+	ScryptLogN int
+	// Force allows a LOWER that already holds files. They stay as they
+	// are and are hidden from the view, since their names do not decode.
+	Force bool
+}
+
+// Init makes lower (created if missing) a crypt directory: a new random
+// master key, wrapped under pass, written to lower/shale.conf. It refuses
+// a directory that is already one, and one that is not empty unless
+// opts.Force.
+func Init(lower string, pass []byte, opts Options) error {
+	logN := opts.ScryptLogN
+	if logN == 0 {
+		logN = DefaultScryptLogN
+	}
+	if logN < minInitLogN || logN > maxInitLogN {
+		return fmt.Errorf("scrypt cost 2^%d is out of range: choose log N from %d to %d", logN, minInitLogN, maxInitLogN)
+	}
+	if len(pass) == 0 {
+		return errors.New("empty passphrase: choose a passphrase of at least one character")
+	}
+	if err := os.Mkdir(lower, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", lower, err)
+	}
+	path := filepath.Join(lower, ConfigName)
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s exists: %s is %w; change its passphrase with 'shale passwd %s'", path, lower, ErrInitialised, lower)
+	}
+	entries, err := os.ReadDir(lower)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", lower, err)
+	}
+	if len(entries) > 0 && !opts.Force {
+		return fmt.Errorf("%s is %w (%d entries): initialise an empty directory, or pass --force to keep the files there (they stay unencrypted and hidden)", lower, ErrNotEmpty, len(entries))
+	}
+	master := make([]byte, masterKeySize)
+	rand.Read(master) // never fails (crypto/rand panics on a broken kernel)
+	defer clear(master)
+	kdf := kdfParams{Name: kdfScrypt, LogN: logN, R: 8, P: 1, Salt: make([]byte, saltSize)}
+	rand.Read(kdf.Salt)
+	nonce := make([]byte, wrapNonceSize)
+	rand.Read(nonce)
+	c, err := wrapMasterKey(master, pass, kdf, nonce)
+	if err != nil {
+		return err
+	}
+	return writeConfig(lower, c, false)
+}
+
+// Open reads lower/shale.conf, unwraps the master key with pass and
+// returns the layer keyed from it.
+func Open(lower string, pass []byte) (*Layer, error) {
+	c, path, err := readConfig(lower)
+	if err != nil {
+		return nil, err
+	}
+	master, err := c.unwrap(pass, path)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(master)
+	return newLayer(master)
+}
+
+// ChangePassphrase rewraps the master key of lower under newPass. The
+// files are untouched: only shale.conf changes, atomically (a new file,
+// synced, renamed over the old one).
+func ChangePassphrase(lower string, oldPass, newPass []byte) error {
+	if len(newPass) == 0 {
+		return errors.New("empty new passphrase: choose a passphrase of at least one character")
+	}
+	c, path, err := readConfig(lower)
+	if err != nil {
+		return err
+	}
+	master, err := c.unwrap(oldPass, path)
+	if err != nil {
+		return err
+	}
+	defer clear(master)
+	kdf := c.KDF
+	kdf.Salt = make([]byte, saltSize)
+	rand.Read(kdf.Salt)
+	nonce := make([]byte, wrapNonceSize)
+	rand.Read(nonce)
+	nc, err := wrapMasterKey(master, newPass, kdf, nonce)
+	if err != nil {
+		return err
+	}
+	return writeConfig(lower, nc, true)
+}
+
+// wrapMasterKey seals master under the key scrypt derives from pass.
+func wrapMasterKey(master, pass []byte, kdf kdfParams, nonce []byte) (*config, error) {
+	c := &config{Format: configFormat, Version: configVersion, KDF: kdf, Nonce: nonce}
+	aead, err := kdf.aead(pass)
+	if err != nil {
+		return nil, err
+	}
+	c.WrappedKey = aead.Seal(nil, nonce, master, kdf.wrapAD())
+	c.Checksum = c.checksum()
+	return c, nil
+}
+
+// unwrap recovers the master key; path names the config in errors.
+func (c *config) unwrap(pass []byte, path string) ([]byte, error) {
+	aead, err := c.KDF.aead(pass)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	master, err := aead.Open(nil, c.Nonce, c.WrappedKey, c.KDF.wrapAD())
+	if err != nil {
+		return nil, fmt.Errorf("%w for %s", ErrWrongPassphrase, path)
+	}
+	return master, nil
+}
+
+// aead is AES-256-GCM keyed with scrypt(pass, salt).
+func (k *kdfParams) aead(pass []byte) (cipher.AEAD, error) {
+	kek, err := scrypt.Key(pass, k.Salt, 1<<k.LogN, k.R, k.P, 32)
+	if err != nil {
+		return nil, fmt.Errorf("scrypt: %w", err)
+	}
+	defer clear(kek)
+	b, err := aes.NewCipher(kek)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(b)
+}
+
+// wrapAD binds every parameter of the key derivation into the wrapped
+// key's tag: a config with any of them changed fails to open.
+//
+//	"shale-crypt v1 scrypt" || 0x00 || log N (1 byte) || r (4 bytes BE) || p (4 bytes BE) || salt
+func (k *kdfParams) wrapAD() []byte {
+	ad := append([]byte("shale-crypt v1 scrypt"), 0, byte(k.LogN))
+	ad = binary.BigEndian.AppendUint32(ad, uint32(k.R))
+	ad = binary.BigEndian.AppendUint32(ad, uint32(k.P))
+	return append(ad, k.Salt...)
+}
+
+func (c *config) checksum() string {
+	h := sha256.New()
+	h.Write(c.KDF.wrapAD())
+	h.Write(c.Nonce)
+	h.Write(c.WrappedKey)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// validate checks everything that can be checked without the passphrase.
+func (c *config) validate() error {
+	switch {
+	case c.Format != configFormat:
+		return fmt.Errorf("format is %q, want %q", c.Format, configFormat)
+	case c.Version != configVersion:
+		return fmt.Errorf("format version %d, this shale reads version %d", c.Version, configVersion)
+	case c.KDF.Name != kdfScrypt:
+		return fmt.Errorf("key derivation %q, this shale knows %q", c.KDF.Name, kdfScrypt)
+	case c.KDF.LogN < 1 || c.KDF.LogN > 30 || c.KDF.R < 1 || c.KDF.P < 1 || c.KDF.P > 16 ||
+		c.KDF.R > maxScryptMem/128>>c.KDF.LogN:
+		return fmt.Errorf("scrypt parameters log N=%d r=%d p=%d are out of range (memory at most 1 GiB, p at most 16)", c.KDF.LogN, c.KDF.R, c.KDF.P)
+	case len(c.KDF.Salt) != saltSize:
+		return fmt.Errorf("salt is %d bytes, want %d", len(c.KDF.Salt), saltSize)
+	case len(c.Nonce) != wrapNonceSize:
+		return fmt.Errorf("nonce is %d bytes, want %d", len(c.Nonce), wrapNonceSize)
+	case len(c.WrappedKey) != masterKeySize+tagSize:
+		return fmt.Errorf("wrapped key is %d bytes, want %d", len(c.WrappedKey), masterKeySize+tagSize)
+	case c.Checksum != c.checksum():
+		return errors.New("checksum does not match its contents")
+	}
+	return nil
+}
+
+// readConfig reads and vets lower/shale.conf and returns it with its path.
+func readConfig(lower string) (*config, string, error) {
+	path := filepath.Join(lower, ConfigName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, path, fmt.Errorf("%s is %w: %s is missing; make one with 'shale init --layer crypt %s'", lower, ErrNoConfig, path, lower)
+	}
+	if err != nil {
+		return nil, path, fmt.Errorf("read config: %w", err)
+	}
+	var c config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err = dec.Decode(&c); err == nil {
+		err = c.validate()
+	}
+	if err != nil {
+		return nil, path, fmt.Errorf("%s is %w (%v): restore it from a backup; without it the files in %s cannot be read", path, ErrDamaged, err, lower)
+	}
+	return &c, path, nil
+}
+
+// writeConfig writes c to lower/shale.conf atomically: a temporary file,
+// synced, then linked (a new config: fails if one appeared meanwhile) or
+// renamed (a replacement) into place, and the directory synced.
+func writeConfig(lower string, c *config, replace bool) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	path := filepath.Join(lower, ConfigName)
+	// A leading '.' keeps a leftover temporary file out of the view.
+	f, err := os.CreateTemp(lower, "."+ConfigName+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write config %s: %w", tmp, err)
+	}
+	if replace {
+		err = os.Rename(tmp, path)
+	} else if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s appeared while writing it: %s is %w", path, lower, ErrInitialised)
+	}
+	if err != nil {
+		return fmt.Errorf("write config %s: %w", path, err)
+	}
+	d, err := os.Open(lower)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", lower, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", lower, err)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package crypt
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// A symlink target is stored as base64url without padding of
+//
+//	nonce (12 random bytes) || AES-256-GCM(link key, target, no AD) || tag
+//
+// A random nonce (rather than SIV) hides whether two links point to the
+// same place. The lower target must fit in PATH_MAX-1 = 4095 bytes, which
+// leaves maxLinkLen bytes for the plaintext target.
+const (
+	linkNonceSize = 12
+	maxStoredLink = 4095
+	linkOverhead  = linkNonceSize + tagSize
+	// maxLinkLen is the longest target whose encoding fits in maxStoredLink:
+	// base64 of n bytes takes ceil(4n/3) characters.
+	maxLinkLen = maxStoredLink*3/4 - linkOverhead
+)
+
+var linkEncoding = base64.RawURLEncoding.Strict()
+
+var errLinkAuth = errors.New("symlink target fails authentication: it was altered or is not this crypt layer's")
+
+// EncodeLink encrypts a symlink target.
+func (l *Layer) EncodeLink(target []byte) ([]byte, error) {
+	if len(target) > maxLinkLen {
+		return nil, fmt.Errorf("symlink target of %d bytes, crypt stores at most %d: %w", len(target), maxLinkLen, syscall.ENAMETOOLONG)
+	}
+	var nonce [linkNonceSize]byte
+	rand.Read(nonce[:]) // never fails (crypto/rand panics on a broken kernel)
+	return l.sealLink(nonce[:], target), nil
+}
+
+// sealLink is EncodeLink with the nonce given, for known-answer tests.
+func (l *Layer) sealLink(nonce, target []byte) []byte {
+	sealed := l.links.Seal(append([]byte(nil), nonce...), nonce, target, nil)
+	return linkEncoding.AppendEncode(nil, sealed)
+}
+
+// DecodeLink authenticates and decrypts a stored symlink target.
+func (l *Layer) DecodeLink(stored []byte) ([]byte, error) {
+	sealed, err := linkEncoding.AppendDecode(nil, stored)
+	if err != nil || len(sealed) < linkOverhead {
+		return nil, errLinkAuth
+	}
+	target, err := l.links.Open(nil, sealed[:linkNonceSize], sealed[linkNonceSize:], nil)
+	if err != nil {
+		return nil, errLinkAuth
+	}
+	return target, nil
+}

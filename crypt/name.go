@@ -1,0 +1,79 @@
+package crypt
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// A name is stored as base64url without padding of
+//
+//	AES-SIV-CMAC-512(name key, AD = [directory ID], name)
+//
+// that is, the 16-byte synthetic IV followed by the ciphertext. SIV is
+// deterministic, so the same name in the same directory always maps to the
+// same lower name and lookups need no listing; the directory ID makes the
+// mapping differ between directories, so equal names in two directories
+// do not look equal below, and an entry moved to another directory behind
+// the layer's back no longer decodes. The alphabet A-Z a-z 0-9 - _ never
+// produces '/', NUL or a leading '.', so the layer's own files (named with
+// a leading '.') can never collide with a name.
+//
+// Names longer than 255 bytes once encoded (plaintext names over about 174
+// bytes) are handed back in full; the wrap template stores them under a
+// short hashed name.
+
+var nameEncoding = base64.RawURLEncoding.Strict()
+
+// maxNameLen is NAME_MAX: the longest name the layer accepts from above.
+const maxNameLen = 255
+
+var errNameAuth = errors.New("not a name of this crypt layer in this directory")
+
+// EncodeName encrypts name for the directory whose ID is dir.
+func (l *Layer) EncodeName(dir []byte, name string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	sealed := l.names.seal(make([]byte, 0, sivTagSize+len(name)), [][]byte{dir}, []byte(name))
+	return nameEncoding.EncodeToString(sealed), nil
+}
+
+// DecodeName decrypts and authenticates a lower name of the directory
+// whose ID is dir. Names that are not this layer's fail, and the template
+// hides them.
+func (l *Layer) DecodeName(dir []byte, lower string) (string, error) {
+	if len(lower) < nameEncoding.EncodedLen(sivTagSize+1) || lower[0] == '.' {
+		return "", errNameAuth
+	}
+	sealed, err := nameEncoding.DecodeString(lower)
+	if err != nil {
+		return "", errNameAuth
+	}
+	plain, err := l.names.open(sealed[:0:0], [][]byte{dir}, sealed)
+	if err != nil {
+		return "", errNameAuth
+	}
+	name := string(plain)
+	if checkName(name) != nil {
+		// Authentic but not a name we would have encoded: a format error,
+		// never shown.
+		return "", errNameAuth
+	}
+	return name, nil
+}
+
+// checkName refuses what is not a single path component.
+func checkName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("name %q: %w", name, syscall.EINVAL)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("name %q contains '/' or NUL: %w", name, syscall.EINVAL)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("name of %d bytes, at most %d: %w", len(name), maxNameLen, syscall.ENAMETOOLONG)
+	}
+	return nil
+}
