@@ -1,0 +1,66 @@
+package wrap
+
+import (
+	"context"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// The hooks a layer may provide. Each is a small optional interface, as in
+// go-fuse's fs package: New looks for each one on the value it is given,
+// and what is not there passes through unchanged.
+
+// BlockCodec transforms file data block by block. A plaintext block of
+// BlockSize bytes (shorter only at the end of a file) is stored as that
+// many bytes plus Overhead. The template finds a block's place in the lower
+// file, reads, modifies and writes partial blocks, and translates sizes.
+type BlockCodec interface {
+	BlockSize() int
+	Overhead() int
+	// EncodeBlock appends the stored form of plain, block blk of the file
+	// whose header is hdr, to dst.
+	EncodeBlock(dst []byte, hdr []byte, blk uint64, plain []byte) ([]byte, error)
+	// DecodeBlock appends the plaintext of stored to dst. An error makes
+	// the read fail with EIO.
+	DecodeBlock(dst []byte, hdr []byte, blk uint64, stored []byte) ([]byte, error)
+}
+
+// FileHeader gives every non-empty lower file a header of HeaderSize bytes
+// before its first block, made when the file gets its first data. It is
+// what BlockCodec receives as hdr: the file's identity (a random file ID).
+type FileHeader interface {
+	HeaderSize() int
+	NewHeader() ([]byte, error)
+	// CheckHeader vets a header read from the lower file.
+	CheckHeader(hdr []byte) error
+}
+
+// NameCodec maps names between the views, per directory. dir is the
+// directory's identity from DirIDer (nil without one). A lower name that
+// does not decode is hidden from listings (the layer's own files, or
+// names put there behind its back).
+type NameCodec interface {
+	EncodeName(dir []byte, name string) (string, error)
+	DecodeName(dir []byte, lower string) (string, error)
+}
+
+// DirIDer gives directories an identity for NameCodec: random bytes the
+// template keeps in a file of each lower directory, named DirIDFile (a name
+// DecodeName refuses, so it stays hidden), written when the layer makes the
+// directory (and in the root, if it has none).
+type DirIDer interface {
+	DirIDFile() string
+	NewDirID() ([]byte, error)
+}
+
+// LinkCodec maps symlink targets.
+type LinkCodec interface {
+	EncodeLink(target []byte) ([]byte, error)
+	DecodeLink(stored []byte) ([]byte, error)
+}
+
+// SetattrChecker may refuse an attribute change before it reaches the
+// lower layer (e.g. setuid on root-owned files).
+type SetattrChecker interface {
+	CheckSetattr(ctx context.Context, current *layer.Attr, in *layer.SetAttr) layer.Errno
+}

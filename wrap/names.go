@@ -1,0 +1,263 @@
+package wrap
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+	"syscall"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// Names longer than the lower file system allows are stored under a short
+// stand-in name, longPrefix + a hash of the encoded name, and the encoded
+// name itself goes into a sidecar file, the stand-in + sidecarSuffix.
+const (
+	nameMax       = 255
+	longPrefix    = ".shale.L."
+	sidecarSuffix = ".name"
+)
+
+// id returns the directory's identity for the NameCodec.
+func (n *node) id(ctx context.Context) ([]byte, layer.Errno) {
+	if n.fs.dirs == nil {
+		return nil, 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dirID == nil {
+		id, e := n.fs.readDirID(ctx, n.lower)
+		if e != 0 {
+			return nil, e
+		}
+		n.dirID = id
+	}
+	return n.dirID, 0
+}
+
+func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
+	var a layer.Attr
+	c, e := d.Lookup(ctx, f.dirs.DirIDFile(), &a)
+	if e != 0 {
+		return nil, e
+	}
+	defer c.Forget()
+	h, e := c.Open(ctx, syscall.O_RDONLY)
+	if e != 0 {
+		return nil, e
+	}
+	defer h.Release(ctx)
+	id := make([]byte, a.Size)
+	if k, e := h.Read(ctx, id, 0); e != 0 || k != len(id) || k == 0 {
+		f.log.Error("wrap: a directory's identity file is damaged", "token", d.Token())
+		return nil, syscall.EIO
+	}
+	return id, 0
+}
+
+// initDir writes the identity file of lower directory d: id, or a new one.
+func (f *fs) initDir(ctx context.Context, d layer.Node, id []byte) layer.Errno {
+	if id == nil {
+		var err error
+		if id, err = f.dirs.NewDirID(); err != nil {
+			return syscall.EIO
+		}
+	}
+	var a layer.Attr
+	c, h, e := d.Create(ctx, f.dirs.DirIDFile(), syscall.O_WRONLY|syscall.O_EXCL, 0o444, &a)
+	if e != 0 {
+		return e
+	}
+	defer c.Forget()
+	defer h.Release(ctx)
+	if k, e := h.Write(ctx, id, 0); e != 0 || k != len(id) {
+		return orEIO(e)
+	}
+	return h.Fsync(ctx, false)
+}
+
+// rmdir removes lower directory lname, whose identity file alone would
+// keep it from being empty; if it cannot go, the identity is put back.
+func (n *node) rmdir(ctx context.Context, lname string) layer.Errno {
+	if n.fs.dirs == nil {
+		return n.lower.Rmdir(ctx, lname)
+	}
+	var a layer.Attr
+	c, e := n.lower.Lookup(ctx, lname, &a)
+	if e != 0 {
+		return e
+	}
+	defer c.Forget()
+	if !a.IsDir() {
+		return syscall.ENOTDIR
+	}
+	d, e := c.OpenDir(ctx)
+	if e != 0 {
+		return e
+	}
+	idFile := n.fs.dirs.DirIDFile()
+	for {
+		ent, ok, e := d.Next(ctx)
+		if e != 0 || !ok {
+			d.Close()
+			if e != 0 {
+				return e
+			}
+			break
+		}
+		if ent.Name != "." && ent.Name != ".." && ent.Name != idFile {
+			d.Close()
+			return syscall.ENOTEMPTY
+		}
+	}
+	id, e := n.fs.readDirID(ctx, c)
+	if e != 0 && e != syscall.ENOENT {
+		return e
+	}
+	if e == 0 {
+		if e := c.Unlink(ctx, idFile); e != 0 {
+			return e
+		}
+	}
+	if e := n.lower.Rmdir(ctx, lname); e != 0 {
+		if id != nil {
+			n.fs.initDir(ctx, c, id)
+		}
+		return e
+	}
+	return 0
+}
+
+// encodeName gives the lower name of name in directory n.
+func (n *node) encodeName(ctx context.Context, name string) (string, layer.Errno) {
+	if n.fs.names == nil {
+		return name, 0
+	}
+	id, e := n.id(ctx)
+	if e != 0 {
+		return "", e
+	}
+	enc, err := n.fs.names.EncodeName(id, name)
+	if err != nil {
+		return "", errnoOf(err, syscall.EINVAL)
+	}
+	if len(enc) > nameMax {
+		sum := sha256.Sum256([]byte(enc))
+		return longPrefix + base64.RawURLEncoding.EncodeToString(sum[:]), 0
+	}
+	return enc, 0
+}
+
+func isLong(lname string) bool {
+	return strings.HasPrefix(lname, longPrefix) && !strings.HasSuffix(lname, sidecarSuffix)
+}
+
+// decodeName gives the name above of lower name lname, or ok=false for
+// names that are not to be shown.
+func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
+	if n.fs.names == nil {
+		return lname, true
+	}
+	if lname == "." || lname == ".." {
+		return lname, true
+	}
+	enc := lname
+	if isLong(lname) {
+		b, e := n.readSidecar(ctx, lname)
+		if e != 0 {
+			return "", false
+		}
+		enc = string(b)
+	}
+	id, e := n.id(ctx)
+	if e != 0 {
+		return "", false
+	}
+	name, err := n.fs.names.DecodeName(id, enc)
+	return name, err == nil
+}
+
+// writeSidecar records the encoded name behind a long stand-in name.
+func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno {
+	if !isLong(lname) {
+		return 0
+	}
+	id, e := n.id(ctx)
+	if e != 0 {
+		return e
+	}
+	enc, err := n.fs.names.EncodeName(id, name)
+	if err != nil {
+		return errnoOf(err, syscall.EINVAL)
+	}
+	var a layer.Attr
+	c, h, e := n.lower.Create(ctx, lname+sidecarSuffix, syscall.O_WRONLY|syscall.O_TRUNC, 0o444, &a)
+	if e != 0 {
+		return e
+	}
+	defer c.Forget()
+	defer h.Release(ctx)
+	if k, e := h.Write(ctx, []byte(enc), 0); e != 0 || k != len(enc) {
+		return syscall.EIO
+	}
+	return h.Fsync(ctx, false)
+}
+
+func (n *node) readSidecar(ctx context.Context, lname string) ([]byte, layer.Errno) {
+	var a layer.Attr
+	c, e := n.lower.Lookup(ctx, lname+sidecarSuffix, &a)
+	if e != 0 {
+		return nil, e
+	}
+	defer c.Forget()
+	h, e := c.Open(ctx, syscall.O_RDONLY)
+	if e != 0 {
+		return nil, e
+	}
+	defer h.Release(ctx)
+	buf := make([]byte, a.Size)
+	k, e := h.Read(ctx, buf, 0)
+	return buf[:k], e
+}
+
+func (n *node) removeSidecar(ctx context.Context, lname string) {
+	if isLong(lname) {
+		n.lower.Unlink(ctx, lname+sidecarSuffix)
+	}
+}
+
+// OpenDir lists the lower directory with names decoded.
+func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	d, e := n.lower.OpenDir(ctx)
+	if e != 0 || n.fs.names == nil {
+		return d, e
+	}
+	return &dir{n: n, lower: d}, 0
+}
+
+type dir struct {
+	n     *node
+	lower layer.DirStream
+}
+
+func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	for {
+		e, ok, errno := d.lower.Next(ctx)
+		if !ok || errno != 0 {
+			return e, ok, errno
+		}
+		if name, show := d.n.decodeName(ctx, e.Name); show {
+			e.Name = name
+			return e, true, 0
+		}
+	}
+}
+
+func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno { return d.lower.Seek(ctx, off) }
+
+func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	return d.lower.Fsync(ctx, datasync)
+}
+
+func (d *dir) Close() { d.lower.Close() }

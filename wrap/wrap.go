@@ -1,0 +1,363 @@
+package wrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// fs is one layer built from hooks.
+type fs struct {
+	blocks BlockCodec
+	header FileHeader
+	names  NameCodec
+	dirs   DirIDer
+	links  LinkCodec
+	attrs  SetattrChecker
+
+	bs, ov, hs uint64 // block size, block overhead, header size
+	log        *slog.Logger
+}
+
+// New builds a layer over lower from hooks, a value implementing any of
+// the interfaces in hooks.go. lower stays the caller's: Forget on the new
+// root does not forget it.
+func New(ctx context.Context, lower layer.Node, hooks any) (layer.Node, error) {
+	f := &fs{log: slog.Default()}
+	f.blocks, _ = hooks.(BlockCodec)
+	f.header, _ = hooks.(FileHeader)
+	f.names, _ = hooks.(NameCodec)
+	f.dirs, _ = hooks.(DirIDer)
+	f.links, _ = hooks.(LinkCodec)
+	f.attrs, _ = hooks.(SetattrChecker)
+	if f.header != nil && f.blocks == nil {
+		return nil, errors.New("wrap: a FileHeader needs a BlockCodec")
+	}
+	if f.blocks != nil {
+		f.bs, f.ov = uint64(f.blocks.BlockSize()), uint64(f.blocks.Overhead())
+		if f.bs == 0 {
+			return nil, errors.New("wrap: BlockSize must be positive")
+		}
+	}
+	if f.header != nil {
+		f.hs = uint64(f.header.HeaderSize())
+	}
+	root := &node{fs: f, lower: lower, root: true}
+	if f.dirs != nil {
+		_, e := root.id(ctx)
+		if e == syscall.ENOENT {
+			e = f.initDir(ctx, lower, nil)
+		}
+		if e != 0 {
+			return nil, fmt.Errorf("wrap: the root directory's identity: %v", e)
+		}
+	}
+	return root, nil
+}
+
+// sized reports whether the layer changes file sizes.
+func (f *fs) sized() bool { return f.blocks != nil && (f.ov != 0 || f.hs != 0) }
+
+// plainSize is the size above of a lower file of size l.
+func (f *fs) plainSize(l uint64) uint64 {
+	if !f.sized() {
+		return l
+	}
+	if l <= f.hs {
+		return 0
+	}
+	n, sb := l-f.hs, f.bs+f.ov
+	s := n / sb * f.bs
+	if rem := n % sb; rem > f.ov {
+		s += rem - f.ov
+	}
+	return s
+}
+
+// lowerSize is the size below of a file of size s above.
+func (f *fs) lowerSize(s uint64) uint64 {
+	if !f.sized() || s == 0 {
+		return s
+	}
+	l := f.hs + s/f.bs*(f.bs+f.ov)
+	if r := s % f.bs; r > 0 {
+		l += r + f.ov
+	}
+	return l
+}
+
+// node is a node of the layer, over a node of the layer below.
+type node struct {
+	fs    *fs
+	lower layer.Node
+	root  bool
+
+	mu    sync.Mutex
+	dirID []byte // cached identity for NameCodec
+
+	// data orders writes and truncates, which read, modify and write
+	// whole blocks, against each other and against reads.
+	data sync.RWMutex
+}
+
+func (f *fs) wrapNode(lower layer.Node) *node { return &node{fs: f, lower: lower} }
+
+func (n *node) Token() layer.Token { return n.lower.Token() }
+
+func (n *node) Forget() {
+	if !n.root {
+		n.lower.Forget()
+	}
+}
+
+// fixAttr turns lower attributes into the layer's.
+func (n *node) fixAttr(ctx context.Context, a *layer.Attr) {
+	switch a.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		a.Size = n.fs.plainSize(a.Size)
+	case syscall.S_IFLNK:
+		if n.fs.links != nil {
+			if t, e := n.Readlink(ctx); e == 0 {
+				a.Size = uint64(len(t))
+			}
+		}
+	}
+}
+
+func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	if e := n.lower.Getattr(ctx, lowerHandle(h), out); e != 0 {
+		return e
+	}
+	n.fixAttr(ctx, out)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	if n.fs.attrs != nil {
+		var cur layer.Attr
+		if e := n.Getattr(ctx, h, &cur); e != 0 {
+			return e
+		}
+		if e := n.fs.attrs.CheckSetattr(ctx, &cur, in); e != 0 {
+			return e
+		}
+	}
+	if in.Valid&layer.SetSize != 0 && n.fs.blocks != nil {
+		if e := n.truncate(ctx, h, in.Size); e != 0 {
+			return e
+		}
+		rest := *in
+		rest.Valid &^= layer.SetSize
+		in = &rest
+	}
+	if e := n.lower.Setattr(ctx, lowerHandle(h), in, out); e != 0 {
+		return e
+	}
+	n.fixAttr(ctx, out)
+	return 0
+}
+
+// child wraps a node the layer below produced.
+func (n *node) child(ctx context.Context, c layer.Node, out *layer.Attr) layer.Node {
+	w := n.fs.wrapNode(c)
+	w.fixAttr(ctx, out)
+	return w
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	lname, e := n.encodeName(ctx, name)
+	if e != 0 {
+		return nil, e
+	}
+	c, e := n.lower.Lookup(ctx, lname, out)
+	if e != 0 {
+		return nil, e
+	}
+	return n.child(ctx, c, out), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+		c, e := n.lower.Mkdir(ctx, lname, mode, out)
+		if e != 0 || n.fs.dirs == nil {
+			return c, e
+		}
+		if e := n.fs.initDir(ctx, c, nil); e != 0 {
+			c.Forget()
+			n.lower.Rmdir(ctx, lname)
+			return nil, e
+		}
+		return c, n.lower.Getattr(ctx, nil, out) // the ID file changed it
+	})
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+		return n.lower.Mknod(ctx, lname, mode, dev, out)
+	})
+}
+
+func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if n.fs.links != nil {
+		t, err := n.fs.links.EncodeLink(target)
+		if err != nil {
+			return nil, errnoOf(err, syscall.ENAMETOOLONG)
+		}
+		target = t
+	}
+	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+		return n.lower.Symlink(ctx, target, lname, out)
+	})
+}
+
+func (n *node) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+		return n.lower.Link(ctx, t.lower, lname, out)
+	})
+}
+
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
+	var h layer.Handle
+	c, e := n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+		c, lh, e := n.lower.Create(ctx, lname, n.fs.lowerFlags(flags), mode, out)
+		h = lh
+		return c, e
+	})
+	if e != 0 {
+		return nil, nil, e
+	}
+	return c, n.fs.wrapHandle(c.(*node), h, flags), 0
+}
+
+// makeNamed makes a child under its encoded name, with the long-name
+// sidecar first if the name needs one.
+func (n *node) makeNamed(ctx context.Context, name string, out *layer.Attr, mk func(lname string) (layer.Node, layer.Errno)) (layer.Node, layer.Errno) {
+	lname, e := n.encodeName(ctx, name)
+	if e != 0 {
+		return nil, e
+	}
+	if e := n.writeSidecar(ctx, lname, name); e != 0 {
+		return nil, e
+	}
+	c, e := mk(lname)
+	if e != 0 {
+		n.removeSidecar(ctx, lname)
+		return nil, e
+	}
+	return n.child(ctx, c, out), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
+	return n.removeNamed(ctx, name, n.lower.Unlink)
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
+	return n.removeNamed(ctx, name, n.rmdir)
+}
+
+func (n *node) removeNamed(ctx context.Context, name string, rm func(context.Context, string) layer.Errno) layer.Errno {
+	lname, e := n.encodeName(ctx, name)
+	if e != 0 {
+		return e
+	}
+	if e := rm(ctx, lname); e != 0 {
+		return e
+	}
+	n.removeSidecar(ctx, lname)
+	return 0
+}
+
+func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
+	d, ok := newDir.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	from, e := n.encodeName(ctx, name)
+	if e != 0 {
+		return e
+	}
+	to, e := d.encodeName(ctx, newName)
+	if e != 0 {
+		return e
+	}
+	if flags&unixRenameExchange != 0 {
+		// Each side's sidecar must hold the other's name afterwards.
+		if e := n.lower.Rename(ctx, from, d.lower, to, flags); e != 0 {
+			return e
+		}
+		d.writeSidecar(ctx, to, newName)
+		n.writeSidecar(ctx, from, name)
+		return 0
+	}
+	if e := d.writeSidecar(ctx, to, newName); e != 0 {
+		return e
+	}
+	if e := n.lower.Rename(ctx, from, d.lower, to, flags); e != 0 {
+		return e
+	}
+	if from != to || n != d {
+		n.removeSidecar(ctx, from)
+	}
+	return 0
+}
+
+const unixRenameExchange = 1 << 1 // RENAME_EXCHANGE
+
+func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	t, e := n.lower.Readlink(ctx)
+	if e != 0 || n.fs.links == nil {
+		return t, e
+	}
+	p, err := n.fs.links.DecodeLink(t)
+	if err != nil {
+		n.fs.log.Error("wrap: symlink target does not decode", "token", n.Token(), "err", err)
+		return nil, syscall.EIO
+	}
+	return p, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	h, e := n.lower.Open(ctx, n.fs.lowerFlags(flags))
+	if e != 0 {
+		return nil, e
+	}
+	return n.fs.wrapHandle(n, h, flags), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
+	return n.lower.Statfs(ctx, out)
+}
+
+func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
+	return n.lower.Getxattr(ctx, name, dest)
+}
+
+func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
+	return n.lower.Setxattr(ctx, name, value, flags)
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
+	return n.lower.Listxattr(ctx, dest)
+}
+
+func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
+	return n.lower.Removexattr(ctx, name)
+}
+
+// errnoOf returns the Errno inside err, or def.
+func errnoOf(err error, def layer.Errno) layer.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return def
+}
