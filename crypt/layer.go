@@ -1,11 +1,15 @@
 package crypt
 
 import (
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/wrap"
 )
 
 // Layer is an open crypt file system: the ciphers keyed from its master
@@ -16,6 +20,22 @@ type Layer struct {
 	content cipher.AEAD // AES-256-GCM, 16-byte nonces: file blocks
 	names   *siv        // AES-SIV-CMAC-512: names
 	links   cipher.AEAD // AES-256-GCM, 12-byte nonces: symlink targets
+}
+
+// Layer provides every hook crypt needs; a change in wrap's interfaces
+// breaks the build here rather than silently dropping a hook.
+var (
+	_ wrap.BlockCodec = (*Layer)(nil)
+	_ wrap.FileHeader = (*Layer)(nil)
+	_ wrap.NameCodec  = (*Layer)(nil)
+	_ wrap.DirIDer    = (*Layer)(nil)
+	_ wrap.LinkCodec  = (*Layer)(nil)
+)
+
+// Stack builds the encrypted view over lower, the root of LOWER (the
+// directory Open read the config from) as a layer.
+func (l *Layer) Stack(ctx context.Context, lower layer.Node) (layer.Node, error) {
+	return wrap.New(ctx, lower, l)
 }
 
 // masterKeySize is the size of the random master key kept in shale.conf.

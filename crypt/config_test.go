@@ -1,0 +1,152 @@
+package crypt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// testLogN keeps scrypt to about a millisecond in tests.
+const testLogN = 10
+
+func initDir(t *testing.T, pass string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := Init(dir, []byte(pass), Options{ScryptLogN: testLogN}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sameKeys tells whether two layers have the same master key, by whether
+// one decodes what the other encodes.
+func sameKeys(a, b *Layer) bool {
+	hdr, _ := a.NewHeader()
+	stored, _ := a.EncodeBlock(nil, hdr, 0, []byte("x"))
+	_, err := b.DecodeBlock(nil, hdr, 0, stored)
+	return err == nil
+}
+
+func TestInitOpenChange(t *testing.T) {
+	dir := initDir(t, "correct horse")
+	l1, err := Open(dir, []byte("correct horse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, []byte("wrong horse"))
+	if !errors.Is(err, ErrWrongPassphrase) || err.Error() != "wrong passphrase for "+filepath.Join(dir, ConfigName) {
+		t.Errorf("wrong passphrase: %v", err)
+	}
+	if err := ChangePassphrase(dir, []byte("wrong horse"), []byte("new")); !errors.Is(err, ErrWrongPassphrase) {
+		t.Errorf("ChangePassphrase with a wrong one: %v", err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, ConfigName))
+	if err := ChangePassphrase(dir, []byte("correct horse"), []byte("battery staple")); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, ConfigName))
+	if bytes.Equal(before, after) {
+		t.Fatal("the config did not change")
+	}
+	if _, err := Open(dir, []byte("correct horse")); !errors.Is(err, ErrWrongPassphrase) {
+		t.Errorf("the old passphrase still opens: %v", err)
+	}
+	l2, err := Open(dir, []byte("battery staple"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameKeys(l1, l2) {
+		t.Error("the master key changed with the passphrase")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("LOWER holds %d entries after a passphrase change, want only %s", len(entries), ConfigName)
+	}
+	if st, _ := os.Stat(filepath.Join(dir, ConfigName)); st.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", ConfigName, st.Mode())
+	}
+	// Two directories never share a master key.
+	l3, _ := Open(initDir(t, "correct horse"), []byte("correct horse"))
+	if sameKeys(l1, l3) {
+		t.Error("two inits gave one master key")
+	}
+}
+
+func TestInitRefusals(t *testing.T) {
+	dir := initDir(t, "p")
+	if err := Init(dir, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrInitialised) {
+		t.Errorf("second init: %v", err)
+	}
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
+	if err := Init(full, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrNotEmpty) {
+		t.Errorf("init of a non-empty directory: %v", err)
+	}
+	if err := Init(full, []byte("p"), Options{ScryptLogN: testLogN, Force: true}); err != nil {
+		t.Errorf("forced init of a non-empty directory: %v", err)
+	}
+	if err := Init(t.TempDir(), nil, Options{ScryptLogN: testLogN}); err == nil {
+		t.Error("init with an empty passphrase")
+	}
+	if err := Init(t.TempDir(), []byte("p"), Options{ScryptLogN: 40}); err == nil {
+		t.Error("init with scrypt log N 40")
+	}
+	missing := filepath.Join(t.TempDir(), "new")
+	if err := Init(missing, []byte("p"), Options{ScryptLogN: testLogN}); err != nil {
+		t.Errorf("init of a missing directory: %v", err)
+	}
+	if _, err := Open(t.TempDir(), []byte("p")); !errors.Is(err, ErrNoConfig) {
+		t.Errorf("open of a plain directory: %v", err)
+	}
+}
+
+// Any change to the config fails to open, as damage when the file no
+// longer hangs together and as a wrong passphrase when it was rewritten
+// consistently (which needs no secret, so only the AD can catch it).
+func TestConfigTamper(t *testing.T) {
+	dir := initDir(t, "p")
+	path := filepath.Join(dir, ConfigName)
+	orig, _ := os.ReadFile(path)
+	mutate := func(name string, f func(c *config), want error) {
+		t.Helper()
+		var c config
+		if err := json.Unmarshal(orig, &c); err != nil {
+			t.Fatal(err)
+		}
+		f(&c)
+		data, _ := json.Marshal(&c)
+		os.WriteFile(path, data, 0o600)
+		if _, err := Open(dir, []byte("p")); !errors.Is(err, want) {
+			t.Errorf("%s: Open = %v, want %v", name, err, want)
+		}
+	}
+	resum := func(c *config) { c.Checksum = c.checksum() }
+	mutate("flipped wrapped key", func(c *config) { c.WrappedKey[3] ^= 1 }, ErrDamaged)
+	mutate("flipped wrapped key, checksum fixed", func(c *config) { c.WrappedKey[3] ^= 1; resum(c) }, ErrWrongPassphrase)
+	mutate("salt changed, checksum fixed", func(c *config) { c.KDF.Salt[0] ^= 1; resum(c) }, ErrWrongPassphrase)
+	mutate("nonce changed, checksum fixed", func(c *config) { c.Nonce[0] ^= 1; resum(c) }, ErrWrongPassphrase)
+	mutate("log N lowered, checksum fixed", func(c *config) { c.KDF.LogN--; resum(c) }, ErrWrongPassphrase)
+	mutate("r changed, checksum fixed", func(c *config) { c.KDF.R = 4; resum(c) }, ErrWrongPassphrase)
+	mutate("p changed, checksum fixed", func(c *config) { c.KDF.P = 2; resum(c) }, ErrWrongPassphrase)
+	mutate("version", func(c *config) { c.Version = 2 }, ErrDamaged)
+	mutate("format", func(c *config) { c.Format = "gocryptfs" }, ErrDamaged)
+	mutate("kdf", func(c *config) { c.KDF.Name = "argon2id" }, ErrDamaged)
+	mutate("huge scrypt cost", func(c *config) { c.KDF.LogN = 30; resum(c) }, ErrDamaged)
+	mutate("huge r", func(c *config) { c.KDF.R = 1 << 30; resum(c) }, ErrDamaged)
+	mutate("short salt", func(c *config) { c.KDF.Salt = c.KDF.Salt[:8]; resum(c) }, ErrDamaged)
+	mutate("short wrapped key", func(c *config) { c.WrappedKey = c.WrappedKey[:40]; resum(c) }, ErrDamaged)
+	for _, data := range []string{"", "{", "null", "[]", `{"format":"shale-crypt"}`, strings.Replace(string(orig), "{", `{"extra":1,`, 1), string(orig[:len(orig)/2])} {
+		os.WriteFile(path, []byte(data), 0o600)
+		if _, err := Open(dir, []byte("p")); !errors.Is(err, ErrDamaged) {
+			t.Errorf("config %.40q: Open = %v, want damaged", data, err)
+		}
+	}
+	os.WriteFile(path, orig, 0o600)
+	if _, err := Open(dir, []byte("p")); err != nil {
+		t.Errorf("restored config: %v", err)
+	}
+}
