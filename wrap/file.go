@@ -36,7 +36,8 @@ func (f *fs) lowerFlags(flags uint32) uint32 {
 		return flags
 	}
 	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
-		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR
+		// Reading to modify must not count as an access.
+		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR | syscall.O_NOATIME
 	}
 	return flags &^ syscall.O_APPEND
 }
@@ -280,15 +281,24 @@ func (n *node) truncate(ctx context.Context, h layer.Handle, size uint64) layer.
 		b = size / fs.bs
 		keep = size % fs.bs
 	}
+	var blk []byte
 	if keep > 0 {
-		blk, e := n.readBlocks(ctx, lh, hdr, b, b)
-		if e != 0 {
+		if blk, e = n.readBlocks(ctx, lh, hdr, b, b); e != 0 {
 			return e
 		}
 		if uint64(len(blk)) > keep {
 			blk = blk[:keep]
 		}
 		blk = append(blk, make([]byte, keep-uint64(len(blk)))...)
+	}
+	if size > old {
+		// Grow first: the lower file system vets the size (EFBIG).
+		if e := set(fs.lowerSize(size)); e != 0 || blk == nil {
+			return e
+		}
+		return n.writeBlocks(ctx, lh, hdr, b, blk)
+	}
+	if blk != nil {
 		if e := n.writeBlocks(ctx, lh, hdr, b, blk); e != 0 {
 			return e
 		}
@@ -306,16 +316,24 @@ func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
 
 func (f *file) Release(ctx context.Context) layer.Errno { return f.lower.Release(ctx) }
 
-// Allocate supports plain preallocation, which may extend the file; the
+// Allocate passes through where offsets mean the same above and below.
+// Otherwise it supports preallocation, which may extend the file; the
 // other modes address bytes of the lower file the layer has reshaped.
 func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
-	if mode != 0 {
+	fs := f.n.fs
+	if !fs.sized() {
+		return f.lower.Allocate(ctx, off, size, mode)
+	}
+	const keepSize = 1 // FALLOC_FL_KEEP_SIZE
+	if mode&^keepSize != 0 {
 		return syscall.EOPNOTSUPP
 	}
-	fs := f.n.fs
 	end := uint64(off + size)
-	if e := f.lower.Allocate(ctx, 0, int64(fs.lowerSize(end)), 1 /* FALLOC_FL_KEEP_SIZE */); e != 0 {
+	if e := f.lower.Allocate(ctx, 0, int64(fs.lowerSize(end)), keepSize); e != 0 {
 		return e
+	}
+	if mode&keepSize != 0 {
+		return 0
 	}
 	ll, e := f.n.lowerLen(ctx, f.lower)
 	if e != 0 {
@@ -327,9 +345,13 @@ func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer
 	return 0
 }
 
-// Lseek reports no holes: a layer's blocks do not line up with the lower
-// file system's, so every byte below the size counts as data.
+// Lseek passes through where offsets mean the same above and below.
+// Otherwise it reports no holes: the layer's blocks do not line up with the
+// lower file system's, so every byte below the size counts as data.
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
+	if !f.n.fs.sized() {
+		return f.lower.Lseek(ctx, off, whence)
+	}
 	var a layer.Attr
 	if e := f.n.Getattr(ctx, f, &a); e != 0 {
 		return 0, e

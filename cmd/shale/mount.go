@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,8 @@ type mountFlags struct {
 	debug         bool
 	logFile       string
 	cpuProfile    string
+	layers        []string
+	layerFlags
 }
 
 // readyFdEnv names the descriptor on which a background child reports
@@ -41,9 +44,13 @@ func init() {
 	var f mountFlags
 	cmd := &cobra.Command{
 		Use:   "mount [flags] LOWER MOUNTPOINT",
-		Short: "mirror the directory LOWER at MOUNTPOINT",
-		Long: `Mount mirrors the directory LOWER at MOUNTPOINT through FUSE (the loop view).
+		Short: "mount the directory LOWER, through layers, at MOUNTPOINT",
+		Long: `Mount serves the directory LOWER at MOUNTPOINT through FUSE. Without --layer it
+mirrors LOWER (the loop view); each --layer stacks a layer, bottom-most first:
 
+  shale mount --layer shard --layer crypt --passfile F LOWER MNT
+`+"\n"+`Layers:
+`+layerHelp()+`
 It returns once the mount is ready and keeps serving in the background; with -f
 it stays in the foreground (for systemd). End it with "shale umount MOUNTPOINT",
 plain umount, or SIGTERM/SIGINT to the serving process.
@@ -60,6 +67,8 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+layerNames())
+	f.layerFlags.register(fl)
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes; bounds how long changes made directly in LOWER go unseen")
 	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
@@ -218,9 +227,13 @@ func serve(f *mountFlags, lower, mnt string) error {
 		return report(ready, err)
 	}
 	raiseFileLimit()
-	root, err := hostfs.New(lower)
+	host, err := hostfs.New(lower)
 	if err != nil {
 		return report(ready, fmt.Errorf("lower directory %s: %v", lower, err))
+	}
+	root, err := stackLayers(context.Background(), host, lower, f.layers, &f.layerFlags)
+	if err != nil {
+		return report(ready, err)
 	}
 	server, err := fuseview.Mount(mnt, root, fuseview.Options{
 		Timeout:     f.timeout,

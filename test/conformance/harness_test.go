@@ -33,7 +33,7 @@ func addCases(cs ...testCase) bool {
 // env is what a case operates in.
 type env struct {
 	t    *testing.T
-	Name string // "native" or "shale"
+	Name string // "native" or the name of a shale stack
 	Root string // an empty directory, 0755 root:root, only for this case
 	obs  []string
 }
@@ -69,7 +69,7 @@ func (e *env) Expect(key string, got, want any) {
 func (e *env) Known(key string, got, native, shale any) {
 	e.t.Helper()
 	want := native
-	if e.Name == "shale" {
+	if e.Name != "native" {
 		want = shale
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -233,7 +233,8 @@ var (
 	caseSeq    = map[string]int{}      // runs per case and file system
 )
 
-// TestConformance runs each case natively, then on shale, and compares.
+// TestConformance runs each case natively, then on every shale stack, and
+// compares.
 func TestConformance(t *testing.T) {
 	requireSuite(t)
 	names := map[string]bool{}
@@ -257,27 +258,29 @@ func TestConformance(t *testing.T) {
 			}()
 			c.fn(t, e)
 		})
-		t.Run("shale/"+c.name, func(t *testing.T) {
-			outcomesMu.Lock()
-			want, ok := outcomes[c.name]
-			outcomesMu.Unlock()
-			if !ok {
-				// Only the shale side was selected (-run): make the
-				// reference now.
-				t.Run("reference-native", func(t *testing.T) {
-					e := newEnv(t, c, "native", suite.native)
-					defer func() { want = e.obs }()
-					c.fn(t, e)
-				})
-			}
-			e := newEnv(t, c, "shale", suite.mnt)
-			defer func() {
-				if d := diffObs(want, e.obs); d != "" {
-					t.Errorf("shale disagrees with native (- native, + shale):\n%s", d)
+		for _, st := range suite.stacks {
+			t.Run(st.name+"/"+c.name, func(t *testing.T) {
+				outcomesMu.Lock()
+				want, ok := outcomes[c.name]
+				outcomesMu.Unlock()
+				if !ok {
+					// Only a shale side was selected (-run): make the
+					// reference now.
+					t.Run("reference-native", func(t *testing.T) {
+						e := newEnv(t, c, "native", suite.native)
+						defer func() { want = e.obs }()
+						c.fn(t, e)
+					})
 				}
-			}()
-			c.fn(t, e)
-		})
+				e := newEnv(t, c, st.name, st.mnt)
+				defer func() {
+					if d := diffObs(want, e.obs); d != "" {
+						t.Errorf("%s disagrees with native (- native, + %s):\n%s", st.name, st.name, d)
+					}
+				}()
+				c.fn(t, e)
+			})
+		}
 	}
 }
 

@@ -31,11 +31,26 @@ var suite struct {
 	setupErr error  // why the suite cannot run; reported by every test
 	base     string // base directory, 0755
 	native   string // native root: base/native, on the same file system as lower
-	lower    string // shale's lower directory: base/lower
-	mnt      string // shale mount point: base/mnt
 	shale    string // the shale binary
 	helper   string // copy of this test binary that uid 65534 can execute
-	mounted  bool
+	stacks   []*stack
+}
+
+// A stack is one shale mount the cases run on, beside native.
+type stack struct {
+	name    string
+	layers  []string // --layer arguments, bottom-most first
+	lower   string   // base/NAME/lower
+	mnt     string   // base/NAME/mnt
+	mounted bool
+}
+
+// stacks are the mounts every case runs on: the loop view, each layer, and
+// layers stacked.
+var stacks = []*stack{
+	{name: "loop"},
+	{name: "rot13", layers: []string{"rot13"}},
+	{name: "rot13-rot13", layers: []string{"rot13", "rot13"}},
 }
 
 func TestMain(m *testing.M) {
@@ -53,7 +68,7 @@ func TestMain(m *testing.M) {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		s := <-sig
-		fmt.Fprintf(os.Stderr, "conformance: %v: unmounting %s\n", s, suite.mnt)
+		fmt.Fprintf(os.Stderr, "conformance: %v: unmounting\n", s)
 		teardown()
 		os.Exit(2)
 	}()
@@ -93,13 +108,18 @@ func setup() error {
 	}
 	suite.base = base
 	suite.native = filepath.Join(base, "native")
-	suite.lower = filepath.Join(base, "lower")
-	suite.mnt = filepath.Join(base, "mnt")
-	for _, d := range []string{suite.native, suite.lower, suite.mnt, filepath.Join(base, "bin")} {
+	dirs := []string{suite.native, filepath.Join(base, "bin")}
+	for _, st := range stacks {
+		st.lower = filepath.Join(base, st.name, "lower")
+		st.mnt = filepath.Join(base, st.name, "mnt")
+		dirs = append(dirs, filepath.Join(base, st.name), st.lower, st.mnt)
+	}
+	for _, d := range dirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
 	}
+	suite.stacks = stacks
 	// MkdirTemp makes 0700 directories; uid 65534 must reach the roots.
 	if err := os.Chmod(base, 0o755); err != nil {
 		return err
@@ -110,7 +130,12 @@ func setup() error {
 	if err := copyHelper(); err != nil {
 		return err
 	}
-	return mountShale()
+	for _, st := range suite.stacks {
+		if err := st.mount(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildShale builds the shale binary from the module this package is in.
@@ -157,16 +182,21 @@ func copyHelper() error {
 	return out.Close()
 }
 
-func mountShale() error {
+func (st *stack) mount() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, suite.shale, "mount", suite.lower, suite.mnt).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("shale mount %s %s: %v\n%s", suite.lower, suite.mnt, err, out)
+	args := []string{"mount"}
+	for _, l := range st.layers {
+		args = append(args, "--layer", l)
 	}
-	suite.mounted = true
-	if _, fstype, ok := mountedAt(suite.mnt); !ok || !strings.HasPrefix(fstype, "fuse") {
-		return fmt.Errorf("shale mount returned, but %s is not a FUSE mount (%q)", suite.mnt, fstype)
+	args = append(args, st.lower, st.mnt)
+	out, err := exec.CommandContext(ctx, suite.shale, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("shale %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	st.mounted = true
+	if _, fstype, ok := mountedAt(st.mnt); !ok || !strings.HasPrefix(fstype, "fuse") {
+		return fmt.Errorf("shale mount returned, but %s is not a FUSE mount (%q)", st.mnt, fstype)
 	}
 	return nil
 }
@@ -178,14 +208,18 @@ func teardown() error {
 		return nil
 	}
 	var errs []string
-	if suite.mounted {
-		if err := unmount(suite.mnt); err != nil {
-			errs = append(errs, err.Error())
-		} else {
-			suite.mounted = false
+	mounted := false
+	for _, st := range suite.stacks {
+		if st.mounted {
+			if err := unmount(st.mnt); err != nil {
+				errs = append(errs, err.Error())
+				mounted = true
+			} else {
+				st.mounted = false
+			}
 		}
 	}
-	if !suite.mounted {
+	if !mounted {
 		if err := os.RemoveAll(suite.base); err != nil {
 			errs = append(errs, err.Error())
 		}
