@@ -49,8 +49,8 @@ func init() {
 mirrors LOWER (the loop view); each --layer stacks a layer, bottom-most first:
 
   shale mount --layer shard --layer crypt --passfile F LOWER MNT
-`+"\n"+`Layers:
-`+layerHelp()+`
+` + "\n" + `Layers:
+` + layerHelp() + `
 It returns once the mount is ready and keeps serving in the background; with -f
 it stays in the foreground (for systemd). End it with "shale umount MOUNTPOINT",
 plain umount, or SIGTERM/SIGINT to the serving process.
