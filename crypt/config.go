@@ -106,7 +106,7 @@ func Init(lower string, pass []byte, opts Options) error {
 		return fmt.Errorf("read %s: %w", lower, err)
 	}
 	if len(entries) > 0 && !opts.Force {
-		return fmt.Errorf("%s is %w (%d entries): initialise an empty directory, or pass --force to keep the files there (they stay unencrypted and hidden)", lower, ErrNotEmpty, len(entries))
+		return fmt.Errorf("%s is %w: initialise an empty directory, or pass --force to keep the files there (they stay unencrypted and hidden)", lower, ErrNotEmpty)
 	}
 	master := make([]byte, masterKeySize)
 	rand.Read(master) // never fails (crypto/rand panics on a broken kernel)
@@ -135,6 +135,13 @@ func Open(lower string, pass []byte) (*Layer, error) {
 	}
 	defer clear(master)
 	return newLayer(master)
+}
+
+// Check tells whether lower is a crypt directory with a sound config,
+// without a passphrase.
+func Check(lower string) error {
+	_, _, err := readConfig(lower)
+	return err
 }
 
 // ChangePassphrase rewraps the master key of lower under newPass. The

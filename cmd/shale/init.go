@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shalefs/shale/crypt"
+)
+
+func init() {
+	var layerName, passfile string
+	var force bool
+	var logN int
+	cmd := &cobra.Command{
+		Use:   "init --layer crypt [--passfile F] [--force] LOWER",
+		Short: "prepare LOWER for a layer that keeps state (crypt: an encrypted directory)",
+		Long: `init prepares LOWER for a layer. Only crypt needs it: init makes a random
+master key, wraps it under a passphrase (scrypt, then AES-256-GCM) and writes
+it to LOWER/shale.conf. Keep a copy of shale.conf: without it nothing in LOWER
+can be read, whatever the passphrase.
+
+The passphrase is asked twice on the terminal, or read from the first line of
+--passfile F, or from the first line of standard input when that is not a
+terminal. LOWER is created if missing; it must be empty unless --force.
+See docs/crypt-format.md.`,
+		Args: argCount(1, 1),
+		RunE: func(c *cobra.Command, args []string) error {
+			lower := args[0]
+			switch layerName {
+			case "crypt":
+			case "":
+				return fmt.Errorf("init %s: which layer? pass --layer crypt (the only layer that needs init)", lower)
+			default:
+				return fmt.Errorf("init %s: --layer %q needs no init: only --layer crypt does", lower, layerName)
+			}
+			pass, err := newPassphraseFrom(passfile, "passphrase for "+lower)
+			if err != nil {
+				return err
+			}
+			defer clear(pass)
+			return crypt.Init(lower, pass, crypt.Options{ScryptLogN: logN, Force: force})
+		},
+	}
+	cmd.Flags().StringVar(&layerName, "layer", "", "the layer to prepare LOWER for: crypt")
+	cmd.Flags().StringVar(&passfile, "passfile", "", "read the passphrase from the first line of this file")
+	cmd.Flags().BoolVar(&force, "force", false, "initialise a LOWER that is not empty (its files stay as they are, hidden)")
+	// Tests use a cheap scrypt; the default suits people.
+	cmd.Flags().IntVar(&logN, "scrypt-logn", 0, "log2 of scrypt's cost N (default 16)")
+	cmd.Flags().MarkHidden("scrypt-logn")
+	rootCmd.AddCommand(cmd)
+}
