@@ -21,7 +21,7 @@ import (
 // produces '/', NUL or a leading '.', so the layer's own files (named with
 // a leading '.') can never collide with a name.
 //
-// Names longer than 255 bytes once encoded (plaintext names over about 174
+// Names longer than 255 bytes once encoded (plaintext names over 175
 // bytes) are handed back in full; the wrap template stores them under a
 // short hashed name.
 
