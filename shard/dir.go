@@ -125,7 +125,7 @@ func (s *stream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 	}
 	for s.b < nBuckets {
 		if !s.loaded {
-			if !s.have[s.b] && len(s.strays[s.b]) == 0 {
+			if !s.hasBucket(s.b) && len(s.strays[s.b]) == 0 {
 				s.b++
 				continue
 			}
@@ -183,10 +183,23 @@ func (s *stream) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return 0
 }
 
-// inBucket runs fn on bucket b if it existed when the stream read the top
-// level and still does. A directory converted back since has none.
+// hasBucket tells whether bucket b existed when the stream read the top
+// level or was made through the layer since.
+func (s *stream) hasBucket(b int) bool {
+	if s.have[b] {
+		return true
+	}
+	s.n.fs.conv.RLock()
+	defer s.n.fs.conv.RUnlock()
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return s.st.t != nil && s.st.t.exists[b]
+}
+
+// inBucket runs fn on bucket b if it exists. A directory converted back
+// since the stream began has none.
 func (s *stream) inBucket(ctx context.Context, b int, fn func(d layer.Node) layer.Errno) layer.Errno {
-	if !s.have[b] {
+	if !s.hasBucket(b) {
 		return 0
 	}
 	s.n.fs.conv.RLock()

@@ -1,0 +1,271 @@
+package shard
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
+)
+
+var ctx = context.Background()
+
+// newShard stacks shard over hostfs on a temporary directory, whose root
+// is managed if managed is set.
+func newShard(t *testing.T, managed bool) (string, layer.Node) {
+	t.Helper()
+	dir := t.TempDir()
+	if managed {
+		if err := os.Chmod(dir, 0o755|os.ModeSetuid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lower, err := hostfs.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lower.Forget)
+	root, err := New(ctx, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, root
+}
+
+func must(t *testing.T, e layer.Errno, what string) {
+	t.Helper()
+	if e != 0 {
+		t.Fatalf("%s: %v", what, e)
+	}
+}
+
+func lookup(t *testing.T, d layer.Node, name string) layer.Node {
+	t.Helper()
+	var a layer.Attr
+	c, e := d.Lookup(ctx, name, &a)
+	must(t, e, "lookup "+name)
+	t.Cleanup(c.Forget)
+	return c
+}
+
+func create(t *testing.T, d layer.Node, name string) {
+	t.Helper()
+	var a layer.Attr
+	c, h, e := d.Create(ctx, name, syscall.O_WRONLY|syscall.O_EXCL, 0o644, &a)
+	must(t, e, "create "+name)
+	h.Release(ctx)
+	c.Forget()
+}
+
+// list reads a whole directory, without "." and "..", sorted, and fails
+// on duplicates.
+func list(t *testing.T, d layer.Node) []string {
+	t.Helper()
+	s, e := d.OpenDir(ctx)
+	must(t, e, "opendir")
+	defer s.Close()
+	var names []string
+	dots := 0
+	for {
+		ent, ok, e := s.Next(ctx)
+		must(t, e, "readdir")
+		if !ok {
+			break
+		}
+		if ent.Name == "." || ent.Name == ".." {
+			dots++
+			continue
+		}
+		names = append(names, ent.Name)
+	}
+	if dots != 2 {
+		t.Errorf("listing has %d dot entries, want 2", dots)
+	}
+	slices.Sort(names)
+	if c := slices.Compact(slices.Clone(names)); len(c) != len(names) {
+		t.Errorf("listing has duplicates: %v", names)
+	}
+	return names
+}
+
+func setMode(t *testing.T, d layer.Node, mode uint32) layer.Errno {
+	t.Helper()
+	var a layer.Attr
+	return d.Setattr(ctx, nil, &layer.SetAttr{Valid: layer.SetMode, Mode: mode}, &a)
+}
+
+// checkLayout verifies the lower side of managed directory dir: only
+// buckets at the top, every entry in the bucket its name hashes to.
+func checkLayout(t *testing.T, dir string) int {
+	t.Helper()
+	top, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range top {
+		b, ok := bucketIndex(e.Name())
+		if !ok || !e.IsDir() {
+			t.Errorf("%s: %s beside the buckets", dir, e.Name())
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ents {
+			if pb, _ := place(c.Name()); pb != b {
+				t.Errorf("%s in bucket %x, belongs in %x", c.Name(), b, pb)
+			}
+			n++
+		}
+	}
+	return n
+}
+
+func TestBucketNames(t *testing.T) {
+	for b := range nBuckets {
+		if i, ok := bucketIndex(bucketName(b)); !ok || i != b {
+			t.Fatalf("bucketIndex(%q) = %d, %v", bucketName(b), i, ok)
+		}
+	}
+	for _, s := range []string{".shard-400", ".shard-fff", ".shard-0A0", ".shard-00", "shard-000", ".shard-0000"} {
+		if _, ok := bucketIndex(s); ok {
+			t.Errorf("%q taken for a bucket", s)
+		}
+	}
+}
+
+// Marking converts, unmarking converts back, and no entry is lost or
+// changed either way; the mark shows in the mode, nlink counts
+// subdirectories, and data and links survive.
+func TestConvertBothWays(t *testing.T) {
+	dir, root := newShard(t, false)
+	var want []string
+	for i := range 500 {
+		name := "f" + string(rune('a'+i%26)) + string(rune('0'+i%10)) + string(rune('a'+i/26%26))
+		if i%50 == 0 {
+			var a layer.Attr
+			c, e := root.Mkdir(ctx, name, 0o755, &a)
+			must(t, e, "mkdir")
+			c.Forget()
+		} else {
+			create(t, root, name)
+		}
+		want = append(want, name)
+	}
+	var a layer.Attr
+	s, e := root.Symlink(ctx, []byte("target"), "link", &a)
+	must(t, e, "symlink")
+	s.Forget()
+	want = append(want, "link")
+	slices.Sort(want)
+
+	must(t, setMode(t, root, 0o4755), "chmod u+s")
+	if got := list(t, root); !slices.Equal(got, want) {
+		t.Fatalf("after marking: %d entries, want %d", len(got), len(want))
+	}
+	if n := checkLayout(t, dir); n != len(want) {
+		t.Errorf("%d entries in buckets, want %d", n, len(want))
+	}
+	must(t, root.Getattr(ctx, nil, &a), "getattr")
+	if a.Mode&syscall.S_ISUID == 0 || a.Nlink != 2+10 {
+		t.Errorf("managed dir: mode %o nlink %d, want setuid and 12", a.Mode, a.Nlink)
+	}
+	if tg, e := lookup(t, root, "link").Readlink(ctx); e != 0 || string(tg) != "target" {
+		t.Errorf("symlink target %q, %v", tg, e)
+	}
+
+	must(t, setMode(t, root, 0o755), "chmod u-s")
+	if got := list(t, root); !slices.Equal(got, want) {
+		t.Fatalf("after unmarking: %d entries, want %d", len(got), len(want))
+	}
+	top, _ := os.ReadDir(dir)
+	if len(top) != len(want) {
+		t.Errorf("lower holds %d entries after unmarking, want %d", len(top), len(want))
+	}
+	st, _ := os.Stat(dir)
+	if st.Mode()&os.ModeSetuid != 0 {
+		t.Error("mark still set below")
+	}
+}
+
+// A directory whose conversion was cut short (the bit set, entries still
+// at the top) reads whole, and its next use finishes the conversion.
+func TestHalfConvertedReadsWhole(t *testing.T) {
+	dir, root := newShard(t, false)
+	for _, n := range []string{"a", "b", "c"} {
+		create(t, root, n)
+	}
+	// What a crash right after the chmod leaves, plus one entry moved.
+	must(t, setMode(t, root, 0o4755), "chmod u+s")
+	b, _ := place("a")
+	if err := os.Rename(filepath.Join(dir, bucketName(b), "a"), filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh layer, as after a restart.
+	lower2, err := hostfs.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lower2.Forget)
+	root2, err := New(ctx, lower2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := list(t, root2); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("half-converted listing %v", got)
+	}
+	lookup(t, root2, "a")
+	if n := checkLayout(t, dir); n != 3 {
+		t.Errorf("%d entries in buckets after use, want 3", n)
+	}
+}
+
+// A name that would read as a bucket keeps a directory from being marked.
+func TestReservedNameRefusesMarking(t *testing.T) {
+	_, root := newShard(t, false)
+	create(t, root, bucketName(5))
+	if e := setMode(t, root, 0o4755); e != syscall.EINVAL {
+		t.Fatalf("marking = %v, want EINVAL", e)
+	}
+	// In a managed directory such a name is an ordinary entry.
+	_, m := newShard(t, true)
+	create(t, m, bucketName(5))
+	if got := list(t, m); !slices.Equal(got, []string{bucketName(5)}) {
+		t.Fatalf("listing %v", got)
+	}
+}
+
+// An empty managed directory can be removed, and replaced by rename,
+// though its buckets remain beneath.
+func TestRemoveEmptyManaged(t *testing.T) {
+	_, root := newShard(t, false)
+	var a layer.Attr
+	for _, name := range []string{"m", "m2", "d"} {
+		c, e := root.Mkdir(ctx, name, 0o755, &a)
+		must(t, e, "mkdir")
+		c.Forget()
+	}
+	m := lookup(t, root, "m")
+	must(t, setMode(t, m, 0o4755), "chmod u+s")
+	create(t, m, "x")
+	if e := root.Rmdir(ctx, "m"); e != syscall.ENOTEMPTY {
+		t.Fatalf("rmdir of a non-empty managed dir = %v", e)
+	}
+	must(t, m.Unlink(ctx, "x"), "unlink")
+	must(t, root.Rmdir(ctx, "m"), "rmdir of an empty managed dir")
+
+	m2 := lookup(t, root, "m2")
+	must(t, setMode(t, m2, 0o4755), "chmod u+s")
+	create(t, m2, "y")
+	must(t, m2.Unlink(ctx, "y"), "unlink")
+	must(t, root.Rename(ctx, "d", root, "m2", 0), "rename over an empty managed dir")
+	if got := list(t, root); !slices.Equal(got, []string{"m2"}) {
+		t.Fatalf("listing %v", got)
+	}
+}
