@@ -56,3 +56,12 @@ func (l *Layer) DecodeLink(stored []byte) ([]byte, error) {
 	}
 	return target, nil
 }
+
+// LinkSize is the length of the target stored in stored bytes, for stat.
+func (l *Layer) LinkSize(stored uint64) uint64 {
+	raw := uint64(linkEncoding.DecodedLen(int(stored)))
+	if raw < linkOverhead {
+		return 0
+	}
+	return raw - linkOverhead
+}

@@ -53,10 +53,13 @@ type DirIDer interface {
 	NewDirID() ([]byte, error)
 }
 
-// LinkCodec maps symlink targets.
+// LinkCodec maps symlink targets. LinkSize gives a target's length from
+// its stored length, for stat, which must not read the link (that would
+// change its access time).
 type LinkCodec interface {
 	EncodeLink(target []byte) ([]byte, error)
 	DecodeLink(stored []byte) ([]byte, error)
+	LinkSize(stored uint64) uint64
 }
 
 // SetattrChecker may refuse an attribute change before it reaches the

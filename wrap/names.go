@@ -14,6 +14,8 @@ import (
 // stand-in name, longPrefix + a hash of the encoded name, and the encoded
 // name itself goes into a sidecar file, the stand-in + sidecarSuffix.
 const (
+	maxDirID      = 64   // bytes of a directory identity file
+	maxSidecar    = 4096 // bytes of a long name's sidecar
 	nameMax       = 255
 	longPrefix    = ".shale.L."
 	sidecarSuffix = ".name"
@@ -48,8 +50,8 @@ func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) 
 		return nil, e
 	}
 	defer h.Release(ctx)
-	id := make([]byte, a.Size)
-	if k, e := h.Read(ctx, id, 0); e != 0 || k != len(id) || k == 0 {
+	id := make([]byte, min(a.Size, maxDirID))
+	if k, e := h.Read(ctx, id, 0); e != 0 || k != len(id) || k == 0 || a.Size > maxDirID {
 		f.log.Error("wrap: a directory's identity file is damaged", "token", d.Token())
 		return nil, syscall.EIO
 	}
@@ -80,53 +82,73 @@ func (f *fs) initDir(ctx context.Context, d layer.Node, id []byte) layer.Errno {
 // rmdir removes lower directory lname, whose identity file alone would
 // keep it from being empty; if it cannot go, the identity is put back.
 func (n *node) rmdir(ctx context.Context, lname string) layer.Errno {
+	finish, e := n.emptyDir(ctx, lname)
+	if e != 0 {
+		return e
+	}
+	e = n.lower.Rmdir(ctx, lname)
+	finish(e != 0)
+	return e
+}
+
+// emptyDir readies lower directory lname for removal: ENOTEMPTY if it has
+// entries above, else its identity file is removed. finish must follow,
+// telling whether the removal failed, so that the identity is put back.
+// Without DirIDer there is nothing to do.
+func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed bool), e layer.Errno) {
+	noop := func(bool) {}
 	if n.fs.dirs == nil {
-		return n.lower.Rmdir(ctx, lname)
+		return noop, 0
 	}
 	var a layer.Attr
 	c, e := n.lower.Lookup(ctx, lname, &a)
 	if e != 0 {
-		return e
+		return noop, e
 	}
-	defer c.Forget()
 	if !a.IsDir() {
-		return syscall.ENOTDIR
-	}
-	d, e := c.OpenDir(ctx)
-	if e != 0 {
-		return e
+		c.Forget()
+		return noop, syscall.ENOTDIR
 	}
 	idFile := n.fs.dirs.DirIDFile()
+	d, e := c.OpenDir(ctx)
+	if e != 0 {
+		c.Forget()
+		return noop, e
+	}
 	for {
 		ent, ok, e := d.Next(ctx)
 		if e != 0 || !ok {
 			d.Close()
 			if e != 0 {
-				return e
+				c.Forget()
+				return noop, e
 			}
 			break
 		}
 		if ent.Name != "." && ent.Name != ".." && ent.Name != idFile {
 			d.Close()
-			return syscall.ENOTEMPTY
+			c.Forget()
+			return noop, syscall.ENOTEMPTY
 		}
 	}
 	id, e := n.fs.readDirID(ctx, c)
-	if e != 0 && e != syscall.ENOENT {
-		return e
+	if e == syscall.ENOENT {
+		c.Forget()
+		return noop, 0
 	}
 	if e == 0 {
-		if e := c.Unlink(ctx, idFile); e != 0 {
-			return e
-		}
+		e = c.Unlink(ctx, idFile)
 	}
-	if e := n.lower.Rmdir(ctx, lname); e != 0 {
-		if id != nil {
+	if e != 0 {
+		c.Forget()
+		return noop, e
+	}
+	return func(failed bool) {
+		if failed {
 			n.fs.initDir(ctx, c, id)
 		}
-		return e
-	}
-	return 0
+		c.Forget()
+	}, 0
 }
 
 // encodeName gives the lower name of name in directory n.
@@ -149,8 +171,10 @@ func (n *node) encodeName(ctx context.Context, name string) (string, layer.Errno
 	return enc, 0
 }
 
-func isLong(lname string) bool {
-	return strings.HasPrefix(lname, longPrefix) && !strings.HasSuffix(lname, sidecarSuffix)
+// isLong tells a stand-in for a long name; only a layer that encodes
+// names makes them (a lower layer's stand-ins are just names here).
+func (f *fs) isLong(lname string) bool {
+	return f.names != nil && strings.HasPrefix(lname, longPrefix) && !strings.HasSuffix(lname, sidecarSuffix)
 }
 
 // decodeName gives the name above of lower name lname, or ok=false for
@@ -163,7 +187,7 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 		return lname, true
 	}
 	enc := lname
-	if isLong(lname) {
+	if n.fs.isLong(lname) {
 		b, e := n.readSidecar(ctx, lname)
 		if e != 0 {
 			return "", false
@@ -180,7 +204,7 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 
 // writeSidecar records the encoded name behind a long stand-in name.
 func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno {
-	if !isLong(lname) {
+	if !n.fs.isLong(lname) {
 		return 0
 	}
 	id, e := n.id(ctx)
@@ -216,13 +240,16 @@ func (n *node) readSidecar(ctx context.Context, lname string) ([]byte, layer.Err
 		return nil, e
 	}
 	defer h.Release(ctx)
+	if a.Size > maxSidecar {
+		return nil, syscall.EIO
+	}
 	buf := make([]byte, a.Size)
 	k, e := h.Read(ctx, buf, 0)
 	return buf[:k], e
 }
 
 func (n *node) removeSidecar(ctx context.Context, lname string) {
-	if isLong(lname) {
+	if n.fs.isLong(lname) {
 		n.lower.Unlink(ctx, lname+sidecarSuffix)
 	}
 }

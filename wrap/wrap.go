@@ -122,9 +122,7 @@ func (n *node) fixAttr(ctx context.Context, a *layer.Attr) {
 		a.Size = n.fs.plainSize(a.Size)
 	case syscall.S_IFLNK:
 		if n.fs.links != nil {
-			if t, e := n.Readlink(ctx); e == 0 {
-				a.Size = uint64(len(t))
-			}
+			a.Size = n.fs.links.LinkSize(a.Size)
 		}
 	}
 }
@@ -192,7 +190,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.A
 			n.lower.Rmdir(ctx, lname)
 			return nil, e
 		}
-		return c, n.lower.Getattr(ctx, nil, out) // the ID file changed it
+		return c, c.Getattr(ctx, nil, out) // the ID file changed it
 	})
 }
 
@@ -301,7 +299,15 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e := d.writeSidecar(ctx, to, newName); e != 0 {
 		return e
 	}
-	if e := n.lower.Rename(ctx, from, d.lower, to, flags); e != 0 {
+	// A directory replaced by the rename must be empty above: its identity
+	// file alone must not keep it.
+	finish, e := d.emptyDir(ctx, to)
+	if e != 0 && e != syscall.ENOENT && e != syscall.ENOTDIR {
+		return e
+	}
+	e = n.lower.Rename(ctx, from, d.lower, to, flags)
+	finish(e != 0)
+	if e != 0 {
 		return e
 	}
 	if from != to || n != d {

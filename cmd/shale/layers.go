@@ -16,6 +16,9 @@ import (
 type layerKind struct {
 	name  string
 	short string
+	// prepare, if set, runs before the mount goes to the background, to
+	// ask for what only the user can give (it may fill layerFlags.secret).
+	prepare func(dir string, f *layerFlags) error
 	// open stacks the layer over lower; dir is the host directory at the
 	// bottom of the stack, where layers keep their configuration.
 	open func(ctx context.Context, lower layer.Node, dir string, f *layerFlags) (layer.Node, error)
@@ -24,6 +27,9 @@ type layerKind struct {
 // layerFlags are the flags of all layers; each layer reads its own.
 type layerFlags struct {
 	passfile string
+	// secret is what prepare obtained; a background mount receives it
+	// through a pipe, never through arguments or the environment.
+	secret []byte
 }
 
 var layerKinds []layerKind
@@ -64,14 +70,38 @@ func layerHelp() string {
 	return b.String()
 }
 
+func findLayer(name string) (layerKind, error) {
+	i := slices.IndexFunc(layerKinds, func(k layerKind) bool { return k.name == name })
+	if i < 0 {
+		return layerKind{}, fmt.Errorf("unknown layer %q: choose one of %s", name, layerNames())
+	}
+	return layerKinds[i], nil
+}
+
+// prepareLayers runs the prepare step of each named layer.
+func prepareLayers(dir string, names []string, f *layerFlags) error {
+	for _, name := range names {
+		k, err := findLayer(name)
+		if err != nil {
+			return err
+		}
+		if k.prepare != nil {
+			if err := k.prepare(dir, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // stackLayers stacks the named layers over root, bottom-most first.
 func stackLayers(ctx context.Context, root layer.Node, dir string, names []string, f *layerFlags) (layer.Node, error) {
 	for _, name := range names {
-		i := slices.IndexFunc(layerKinds, func(k layerKind) bool { return k.name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("unknown layer %q: choose one of %s", name, layerNames())
+		k, err := findLayer(name)
+		if err != nil {
+			return nil, err
 		}
-		n, err := layerKinds[i].open(ctx, root, dir, f)
+		n, err := k.open(ctx, root, dir, f)
 		if err != nil {
 			return nil, fmt.Errorf("layer %s over %s: %v", name, dir, err)
 		}

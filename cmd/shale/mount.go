@@ -37,8 +37,12 @@ type mountFlags struct {
 }
 
 // readyFdEnv names the descriptor on which a background child reports
-// that its mount is ready ("ok") or why it failed (one line).
-const readyFdEnv = "SHALE_READY_FD"
+// that its mount is ready ("ok") or why it failed (one line); secretFdEnv
+// the one from which it reads what the layers' prepare steps obtained.
+const (
+	readyFdEnv  = "SHALE_READY_FD"
+	secretFdEnv = "SHALE_SECRET_FD"
+)
 
 func init() {
 	var f mountFlags
@@ -88,8 +92,16 @@ func runMount(cmd *cobra.Command, f *mountFlags, lower, mnt string) error {
 	if f.debug && f.logFile == "" {
 		f.foreground = true
 	}
+	if os.Getenv(secretFdEnv) != "" {
+		secret := os.NewFile(4, "secret")
+		f.secret, _ = io.ReadAll(secret)
+		secret.Close()
+		os.Unsetenv(secretFdEnv)
+	} else if err := prepareLayers(lower, f.layers, &f.layerFlags); err != nil {
+		return err
+	}
 	if !f.foreground && os.Getenv(readyFdEnv) == "" {
-		return daemonize()
+		return daemonize(f.secret)
 	}
 	return serve(f, lower, mnt)
 }
@@ -186,8 +198,12 @@ func unescapeMountinfo(s string) string {
 
 // daemonize runs this command again in the background and waits until the
 // child reports that its mount is ready or why it is not.
-func daemonize() error {
+func daemonize(secret []byte) error {
 	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	sr, sw, err := os.Pipe()
 	if err != nil {
 		return err
 	}
@@ -196,13 +212,16 @@ func daemonize() error {
 		return err
 	}
 	child := exec.Command(self, os.Args[1:]...)
-	child.Env = append(os.Environ(), readyFdEnv+"=3")
-	child.ExtraFiles = []*os.File{w}
+	child.Env = append(os.Environ(), readyFdEnv+"=3", secretFdEnv+"=4")
+	child.ExtraFiles = []*os.File{w, sr}
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("starting the serving process: %v", err)
 	}
 	w.Close()
+	sr.Close()
+	sw.Write(secret) // a pipe holds far more than a passphrase
+	sw.Close()
 	msg, _ := io.ReadAll(r)
 	if s := strings.TrimSpace(string(msg)); s != "ok" {
 		if s == "" {

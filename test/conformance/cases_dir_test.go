@@ -169,7 +169,10 @@ var _ = addCases(
 				want = append(want, all[i].name)
 			}
 		}
-		e.Expect("entries after a saved offset, with deletions around it", strings.Join(after, ","), strings.Join(want, ","))
+		// A layer that changes names lists in another order: compare with
+		// this file system's own order, and record only the verdict.
+		e.Expect("entries after a saved offset, with deletions around it", strings.Join(after, ",") == strings.Join(want, ","), true)
+		e.Note("count after the saved offset", len(after))
 		_, err = getdents(e.Fd("d/file000", unix.O_RDONLY, 0), 1024)
 		e.ExpectErrno("getdents on a file", err, "ENOTDIR")
 	}},

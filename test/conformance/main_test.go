@@ -43,6 +43,31 @@ type stack struct {
 	lower   string   // base/NAME/lower
 	mnt     string   // base/NAME/mnt
 	mounted bool
+	// prepare, if set, readies the lower directory before the mount and
+	// returns extra mount arguments.
+	prepare func(lower string) ([]string, error)
+	// differs lists, as "case/observation", what this stack is documented
+	// to do otherwise than native, with the reason; docs/conformance.md
+	// repeats them.
+	differs map[string]string
+}
+
+func (st *stack) differsIn(caseName string) map[string]string {
+	m := map[string]string{}
+	for _, d := range []map[string]string{fuseDiffers, st.differs} {
+		for k, why := range d {
+			if c, key, _ := strings.Cut(k, "/"); c == caseName {
+				m[key] = why
+			}
+		}
+	}
+	return m
+}
+
+// fuseDiffers are differences of every FUSE file system, from the kernel's
+// FUSE client.
+var fuseDiffers = map[string]string{
+	"locks-ofd/OFD lock b after close of a": "the kernel sends RELEASE, which drops an open file's OFD locks, after close(2) has returned; the check half a second later holds",
 }
 
 // stacks are the mounts every case runs on: the loop view, each layer, and
@@ -51,6 +76,30 @@ var stacks = []*stack{
 	{name: "loop"},
 	{name: "rot13", layers: []string{"rot13"}},
 	{name: "rot13-rot13", layers: []string{"rot13", "rot13"}},
+	{name: "crypt", layers: []string{"crypt"}, prepare: initCrypt, differs: cryptDiffers},
+	{name: "rot13-crypt", layers: []string{"rot13", "crypt"}, prepare: initCrypt, differs: cryptDiffers},
+	// shard with the lower root managed, so that every case's directory
+	// is made in a managed directory.
+	{name: "shard", layers: []string{"shard"}, prepare: markShard},
+	{name: "shard-rot13", layers: []string{"shard", "rot13"}, prepare: markShard},
+}
+
+// markShard marks lower managed for shard: the setuid bit (chmod u+s).
+func markShard(lower string) ([]string, error) {
+	return nil, os.Chmod(lower, 0o755|os.ModeSetuid)
+}
+
+// initCrypt makes lower a crypt directory with a cheap key derivation.
+func initCrypt(lower string) ([]string, error) {
+	pass := filepath.Join(filepath.Dir(lower), "pass")
+	if err := os.WriteFile(pass, []byte("conformance\n"), 0o600); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(suite.shale, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("shale init: %v: %s", err, out)
+	}
+	return []string{"--passfile", pass}, nil
 }
 
 func TestMain(m *testing.M) {
@@ -189,6 +238,13 @@ func (st *stack) mount() error {
 	for _, l := range st.layers {
 		args = append(args, "--layer", l)
 	}
+	if st.prepare != nil {
+		extra, err := st.prepare(st.lower)
+		if err != nil {
+			return fmt.Errorf("%s: preparing %s: %v", st.name, st.lower, err)
+		}
+		args = append(args, extra...)
+	}
 	args = append(args, st.lower, st.mnt)
 	out, err := exec.CommandContext(ctx, suite.shale, args...).CombinedOutput()
 	if err != nil {
@@ -298,3 +354,24 @@ func mountedAt(dir string) (source, fstype string, ok bool) {
 	}
 	return source, fstype, ok
 }
+
+// cryptDiffers are the documented limits of the crypt layer.
+var cryptDiffers = func() map[string]string {
+	m := map[string]string{}
+	add := func(why string, keys ...string) {
+		for _, k := range keys {
+			m[k] = why
+		}
+	}
+	add("crypt stores a target encrypted and base64-encoded; targets up to 3043 bytes fit a 4095-byte lower symlink",
+		"names-long/symlink 4095", "names-long/readlink 4095", "names-long/lstat size",
+		"names-long/readlink into a short buffer")
+	add("crypt blocks carry 32 bytes of nonce and tag per 4 KiB, so st_blocks is larger; punching holes or zeroing ranges inside encrypted blocks is not supported, and holes are not reported",
+		"fallocate/blocks", "fallocate/blocks grew", "fallocate/PUNCH_HOLE|KEEP_SIZE", "fallocate/blocks after punch",
+		"fallocate/punched range is zeros", "fallocate/SEEK_HOLE", "fallocate/SEEK_DATA after hole",
+		"fallocate/ZERO_RANGE", "fallocate/after ZERO_RANGE")
+	add("crypt reports no holes: its 4128-byte stored blocks do not line up with the lower file system's",
+		"sparse-5GiB/SEEK_DATA 0", "sparse-5GiB/SEEK_HOLE 0", "sparse-5GiB/SEEK_DATA after last data",
+		"sparse-5GiB/SEEK_HOLE after data")
+	return m
+}()
