@@ -87,7 +87,7 @@ func (toy) DirIDFile() string         { return ".id" }
 func (toy) NewDirID() ([]byte, error) { return []byte{1, 2}, nil }
 
 func (toy) EncodeLink(t []byte) ([]byte, error) { return append([]byte("L:"), t...), nil }
-func (toy) LinkSize(stored uint64) uint64         { return stored - 2 }
+func (toy) LinkSize(stored uint64) uint64       { return stored - 2 }
 func (toy) DecodeLink(s []byte) ([]byte, error) {
 	if !bytes.HasPrefix(s, []byte("L:")) {
 		return nil, errors.New("not a link of ours")
