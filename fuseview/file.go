@@ -45,7 +45,7 @@ func layerHandle(f fs.FileHandle) layer.Handle {
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, e := h.h.Read(caller(ctx), dest, off)
+	k, e := h.h.Read(h.v.caller(ctx), dest, off)
 	if e != 0 {
 		return nil, e
 	}
@@ -53,36 +53,37 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	k, e := h.h.Write(caller(ctx), data, off)
+	k, e := h.h.Write(h.v.caller(ctx), data, off)
 	return uint32(k), e
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	return h.h.Flush(caller(ctx), h.v.raw.flushOwner(ctx))
+	return h.h.Flush(h.v.caller(ctx), h.v.raw.flushOwner(ctx))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.h.Fsync(caller(ctx), flags&fsyncDatasync != 0)
+	return h.h.Fsync(h.v.caller(ctx), flags&fsyncDatasync != 0)
 }
 
-func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(caller(ctx)) }
+func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(h.v.caller(ctx)) }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	return h.h.Allocate(caller(ctx), int64(off), int64(size), mode)
+	return h.h.Allocate(h.v.caller(ctx), int64(off), int64(size), mode)
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	o, e := h.h.Lseek(caller(ctx), int64(off), int(whence))
+	o, e := h.h.Lseek(h.v.caller(ctx), int64(off), int(whence))
 	return uint64(o), e
 }
 
 // dirHandle adapts a layer.DirStream to go-fuse's directory handle API.
 type dirHandle struct {
 	d layer.DirStream
+	v *view
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	e, ok, errno := d.d.Next(caller(ctx))
+	e, ok, errno := d.d.Next(d.v.caller(ctx))
 	if errno != 0 || !ok {
 		return nil, errno
 	}
@@ -90,11 +91,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	return d.d.Seek(caller(ctx), off)
+	return d.d.Seek(d.v.caller(ctx), off)
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	return d.d.Fsync(caller(ctx), flags&fsyncDatasync != 0)
+	return d.d.Fsync(d.v.caller(ctx), flags&fsyncDatasync != 0)
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) { d.d.Close() }

@@ -42,7 +42,7 @@ func toLock(in *fuse.FileLock, flags uint32) *layer.Lock {
 
 func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
 	l := toLock(lk, flags)
-	if e := h.h.Getlk(caller(ctx), owner, l); e != 0 {
+	if e := h.h.Getlk(h.v.caller(ctx), owner, l); e != 0 {
 		return e
 	}
 	*out = fuse.FileLock{Start: l.Start, End: l.End, Typ: l.Type, Pid: l.Pid}
@@ -50,9 +50,9 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 }
 
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.h.Setlk(caller(ctx), owner, toLock(lk, flags), false)
+	return h.h.Setlk(h.v.caller(ctx), owner, toLock(lk, flags), false)
 }
 
 func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.h.Setlk(caller(ctx), owner, toLock(lk, flags), true)
+	return h.h.Setlk(h.v.caller(ctx), owner, toLock(lk, flags), true)
 }

@@ -37,17 +37,22 @@ func (h *held) release() {
 func (v *view) newInode(n layer.Node) *inode {
 	in := &inode{v: v, h: &held{n: n}}
 	runtime.AddCleanup(in, (*held).release, in.h)
+	v.known(in)
 	return in
 }
 
 func (i *inode) node() layer.Node { return i.h.n }
 
-func (i *inode) OnForget() { i.h.release() }
+func (i *inode) OnForget() {
+	i.v.forgotten(i)
+	i.h.release()
+}
 
-// caller attaches the FUSE request's caller to ctx for the layers below.
-func caller(ctx context.Context) context.Context {
+// caller attaches the FUSE request's caller and this view to ctx for the
+// layers below.
+func (v *view) caller(ctx context.Context) context.Context {
 	if fc, ok := ctx.(*fuse.Context); ok {
-		return layer.WithCaller(ctx, layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid})
+		return layer.WithCaller(ctx, layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid, View: v.id})
 	}
 	return ctx
 }
@@ -82,7 +87,7 @@ func (i *inode) child(ctx context.Context, name string, c layer.Node, a *layer.A
 
 func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
-	c, e := i.node().Lookup(caller(ctx), name, &a)
+	c, e := i.node().Lookup(i.v.caller(ctx), name, &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -91,7 +96,7 @@ func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*f
 
 func (i *inode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	var a layer.Attr
-	if e := i.node().Getattr(caller(ctx), layerHandle(f), &a); e != 0 {
+	if e := i.node().Getattr(i.v.caller(ctx), layerHandle(f), &a); e != 0 {
 		return e
 	}
 	fillAttr(&a, i.node().Token(), &out.Attr)
@@ -129,7 +134,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 		s.Mtime = t
 	}
 	var a layer.Attr
-	if e := i.node().Setattr(caller(ctx), layerHandle(f), &s, &a); e != 0 {
+	if e := i.node().Setattr(i.v.caller(ctx), layerHandle(f), &s, &a); e != 0 {
 		return e
 	}
 	fillAttr(&a, i.node().Token(), &out.Attr)
@@ -138,7 +143,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
-	c, e := i.node().Mkdir(caller(ctx), name, mode, &a)
+	c, e := i.node().Mkdir(i.v.caller(ctx), name, mode, &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -147,7 +152,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
-	c, e := i.node().Mknod(caller(ctx), name, mode, uint64(dev), &a)
+	c, e := i.node().Mknod(i.v.caller(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -156,7 +161,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
-	c, e := i.node().Symlink(caller(ctx), []byte(target), name, &a)
+	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -169,7 +174,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 		return nil, syscall.EXDEV
 	}
 	var a layer.Attr
-	c, e := i.node().Link(caller(ctx), t.node(), name, &a)
+	c, e := i.node().Link(i.v.caller(ctx), t.node(), name, &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -178,7 +183,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	var a layer.Attr
-	c, h, e := i.node().Create(caller(ctx), name, flags, mode, &a)
+	c, h, e := i.node().Create(i.v.caller(ctx), name, flags, mode, &a)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
@@ -186,11 +191,11 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return i.node().Unlink(caller(ctx), name)
+	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return i.node().Rmdir(caller(ctx), name)
+	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -198,34 +203,34 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
-	return i.node().Rename(caller(ctx), name, p.node(), newName, flags)
+	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 
 func (i *inode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	return i.node().Readlink(caller(ctx))
+	return i.node().Readlink(i.v.caller(ctx))
 }
 
 func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	h, e := i.node().Open(caller(ctx), flags)
+	h, e := i.node().Open(i.v.caller(ctx), flags)
 	if e != 0 {
 		return nil, 0, e
 	}
-	return i.v.newHandle(h), 0, 0
+	return i.v.newHandle(h), i.v.openFlags(), 0
 }
 
 func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	d, e := i.node().OpenDir(caller(ctx))
+	d, e := i.node().OpenDir(i.v.caller(ctx))
 	if e != 0 {
 		return nil, 0, e
 	}
 	// No FOPEN_CACHE_DIR: a cached listing would serve an open stream's
 	// seekdir from before deletions made since, where ext4 does not.
-	return &dirHandle{d: d}, 0, 0
+	return &dirHandle{d: d, v: i.v}, 0, 0
 }
 
 func (i *inode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var s layer.Statfs
-	if e := i.node().Statfs(caller(ctx), &s); e != 0 {
+	if e := i.node().Statfs(i.v.caller(ctx), &s); e != 0 {
 		return e
 	}
 	*out = fuse.StatfsOut{
@@ -237,21 +242,21 @@ func (i *inode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (i *inode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	k, e := i.node().Getxattr(caller(ctx), attr, dest)
+	k, e := i.node().Getxattr(i.v.caller(ctx), attr, dest)
 	return uint32(k), e
 }
 
 func (i *inode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return i.node().Setxattr(caller(ctx), attr, data, flags)
+	return i.node().Setxattr(i.v.caller(ctx), attr, data, flags)
 }
 
 func (i *inode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	k, e := i.node().Listxattr(caller(ctx), dest)
+	k, e := i.node().Listxattr(i.v.caller(ctx), dest)
 	return uint32(k), e
 }
 
 func (i *inode) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return i.node().Removexattr(caller(ctx), attr)
+	return i.node().Removexattr(i.v.caller(ctx), attr)
 }
 
 func (i *inode) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle, offOut uint64, n uint64, flags uint64) (uint32, syscall.Errno) {
@@ -259,6 +264,6 @@ func (i *inode) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uin
 	if src == nil || dst == nil {
 		return 0, syscall.EBADF
 	}
-	k, e := src.CopyFileRange(caller(ctx), int64(offIn), dst, int64(offOut), int(n), uint32(flags))
+	k, e := src.CopyFileRange(i.v.caller(ctx), int64(offIn), dst, int64(offOut), int(n), uint32(flags))
 	return uint32(k), e
 }

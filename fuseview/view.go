@@ -10,11 +10,13 @@ package fuseview
 import (
 	"log"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/layer"
 )
 
@@ -34,19 +36,32 @@ type Options struct {
 	Source string
 	// Debug logs every FUSE request.
 	Debug bool
+	// Coherence, if set, is the stack's manager: the view registers with
+	// it and drops the kernel's caches when other views or programs beside
+	// the stack change files.
+	Coherence *coherence.Manager
+	// KeepCache keeps the page cache across opens (safe with Coherence).
+	KeepCache bool
 }
 
 // view is one mount.
 type view struct {
 	opts Options
 	raw  *rawFS
+	id   uint32 // in the coherence manager
+
+	mu      sync.Mutex
+	byToken map[layer.Token][]*inode
 }
 
 // Mount mounts root at dir and starts serving it. The returned server's
 // Wait returns when the mount goes away. root remains the caller's: the
 // view never calls its Forget, so several views may serve one root.
 func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
-	v := &view{opts: o}
+	v := &view{opts: o, byToken: map[layer.Token][]*inode{}}
+	if o.Coherence != nil {
+		v.id = o.Coherence.Register(v)
+	}
 	tok := root.Token()
 	mo := fuse.MountOptions{
 		AllowOther:   o.AllowOther,
@@ -86,7 +101,16 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
+		if o.Coherence != nil {
+			o.Coherence.Unregister(v.id)
+		}
 		return nil, err
+	}
+	if o.Coherence != nil {
+		go func() {
+			server.Wait()
+			o.Coherence.Unregister(v.id)
+		}()
 	}
 	return server, nil
 }

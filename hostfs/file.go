@@ -43,6 +43,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 	if err != nil {
 		return 0, errno(err)
 	}
+	f.fs.raise(ctx, layer.Data, f.tok, "")
 	return k, 0
 }
 
@@ -79,7 +80,11 @@ func (f *file) Release(ctx context.Context) layer.Errno {
 }
 
 func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
-	return errno(unix.Fallocate(f.fd, mode, off, size))
+	if err := unix.Fallocate(f.fd, mode, off, size); err != nil {
+		return errno(err)
+	}
+	f.fs.raise(ctx, layer.Data, f.tok, "")
+	return 0
 }
 
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
@@ -93,7 +98,11 @@ func (f *file) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, d
 		return 0, syscall.EXDEV
 	}
 	k, err := unix.CopyFileRange(f.fd, &off, d.fd, &dstOff, n, int(flags))
-	return k, errno(err)
+	if err != nil {
+		return 0, errno(err)
+	}
+	d.fs.raise(ctx, layer.Data, d.tok, "")
+	return k, 0
 }
 
 // Locks live in the FS's table, not in the host: the host would see one

@@ -39,6 +39,37 @@ type FS struct {
 	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
 	locks   lock.Table
 	fds     *fdCache
+	events  layer.Events
+	data    [64]sync.RWMutex // DataLock stripes
+}
+
+// DataLock is the stack-wide data lock of tok (layer.DataLocker).
+func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
+	return &n.fs.data[(tok.Ino^tok.Gen)%uint64(len(n.fs.data))]
+}
+
+// Events are raised for every change made through the FS.
+func (n *node) Events() *layer.Events { return &n.fs.events }
+
+// raise tells subscribers that tok changed, on behalf of ctx's view.
+func (fs *FS) raise(ctx context.Context, kind layer.EventKind, tok layer.Token, name string) {
+	if !fs.events.Active() {
+		return
+	}
+	c, _ := layer.CallerOf(ctx)
+	fs.events.RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View})
+}
+
+// raiseGone tells subscribers about the file that name in dirfd is before
+// it is removed or replaced: its link count will change.
+func (fs *FS) raiseGone(ctx context.Context, dirfd int, name string) {
+	if !fs.events.Active() {
+		return
+	}
+	var st unix.Statx_t
+	if unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &st) == nil {
+		fs.raise(ctx, layer.Attrs, fs.token(&st), "")
+	}
 }
 
 // New opens dir and returns its root node.
@@ -208,6 +239,11 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	if f, ok := h.(*file); ok {
 		fd = f.fd
 	}
+	kind := layer.Attrs
+	if in.Valid&layer.SetSize != 0 {
+		kind = layer.Data
+	}
+	n.fs.raise(ctx, kind, n.token, "")
 	return statxAttr(fd, out)
 }
 
@@ -273,6 +309,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return nil, e
 	}
 	defer t.done()
+	defer n.fs.raise(ctx, layer.Attrs, t.token, "") // its link count
 	return n.make(ctx, name, out, func(dirfd int) error {
 		return unix.Linkat(unix.AT_FDCWD, procPath(tfd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 	})
@@ -291,6 +328,7 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(d
 	if err := n.fs.asCaller(ctx, func() error { return mk(fd) }); err != nil {
 		return nil, errno(err)
 	}
+	n.fs.raise(ctx, layer.Entries, n.token, name)
 	c, e := n.fs.child(fd, name, out)
 	if e != 0 {
 		return nil, e
@@ -315,6 +353,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, errno(err)
 	}
+	n.fs.raise(ctx, layer.Entries, n.token, name)
 	// The node must hold the inode we opened, not whatever the name
 	// points to by now.
 	pfd, err := unix.Open(procPath(fd), unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -339,7 +378,12 @@ func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
 		return e
 	}
 	defer n.done()
-	return errno(unix.Unlinkat(fd, name, 0))
+	n.fs.raiseGone(ctx, fd, name)
+	if err := unix.Unlinkat(fd, name, 0); err != nil {
+		return errno(err)
+	}
+	n.fs.raise(ctx, layer.Entries, n.token, name)
+	return 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
@@ -351,7 +395,11 @@ func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
 		return e
 	}
 	defer n.done()
-	return errno(unix.Unlinkat(fd, name, unix.AT_REMOVEDIR))
+	if err := unix.Unlinkat(fd, name, unix.AT_REMOVEDIR); err != nil {
+		return errno(err)
+	}
+	n.fs.raise(ctx, layer.Entries, n.token, name)
+	return 0
 }
 
 func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
@@ -375,7 +423,14 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		return e
 	}
 	defer d.done()
-	return errno(unix.Renameat2(fd, name, dfd, newName, uint(flags)))
+	n.fs.raiseGone(ctx, dfd, newName)
+	if err := unix.Renameat2(fd, name, dfd, newName, uint(flags)); err != nil {
+		return errno(err)
+	}
+	n.fs.raiseGone(ctx, dfd, newName) // the moved file's ctime
+	n.fs.raise(ctx, layer.Entries, n.token, name)
+	n.fs.raise(ctx, layer.Entries, d.token, newName)
+	return 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
@@ -453,6 +508,7 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (k int, e
 }
 
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
+	defer n.fs.raise(ctx, layer.Attrs, n.token, "")
 	return n.withPath(func(p string) error { return unix.Setxattr(p, name, value, int(flags)) })
 }
 
@@ -465,5 +521,6 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (k int, e layer.Errno
 }
 
 func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
+	defer n.fs.raise(ctx, layer.Attrs, n.token, "")
 	return n.withPath(func(p string) error { return unix.Removexattr(p, name) })
 }

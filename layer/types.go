@@ -95,10 +95,11 @@ type Lock struct {
 	Flock      bool
 }
 
-// Caller is who makes a request.
+// Caller is who makes a request, and through which view.
 type Caller struct {
 	Uid, Gid uint32
 	Pid      uint32
+	View     uint32 // the frontend's view, for Event.View; 0 for none
 }
 
 type callerKey struct{}

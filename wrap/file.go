@@ -160,8 +160,8 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Err
 	if len(dest) == 0 || off < 0 {
 		return 0, 0
 	}
-	n.data.RLock()
-	defer n.data.RUnlock()
+	ctx, unlock := n.lockData(ctx, false)
+	defer unlock()
 	ll, e := n.lowerLen(ctx, f.lower)
 	if e != 0 {
 		return 0, e
@@ -192,8 +192,8 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 	if len(data) == 0 {
 		return 0, 0
 	}
-	n.data.Lock()
-	defer n.data.Unlock()
+	ctx, unlock := n.lockData(ctx, true)
+	defer unlock()
 	if e := n.writeAt(ctx, f.lower, data, uint64(off)); e != 0 {
 		return 0, e
 	}
@@ -201,7 +201,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 }
 
 // writeAt writes data at off, reading first what partial blocks keep;
-// n.data is held.
+// the data lock is held.
 func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uint64) layer.Errno {
 	fs := n.fs
 	ll, e := n.lowerLen(ctx, h)
@@ -254,8 +254,8 @@ func (n *node) truncate(ctx context.Context, h layer.Handle, size uint64) layer.
 		}
 		defer lh.Release(ctx)
 	}
-	n.data.Lock()
-	defer n.data.Unlock()
+	ctx, unlock := n.lockData(ctx, true)
+	defer unlock()
 	fs := n.fs
 	ll, e := n.lowerLen(ctx, lh)
 	if e != 0 {

@@ -202,6 +202,19 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 	return name, err == nil
 }
 
+// UpperName maps a name an event from the bottom of the stack carries, in
+// this directory's namespace below the layers beneath, to this layer's.
+func (n *node) UpperName(ctx context.Context, hostName string) (string, bool) {
+	name := hostName
+	if t, ok := n.lower.(layer.NameTranslator); ok {
+		var ok bool
+		if name, ok = t.UpperName(ctx, hostName); !ok {
+			return "", false
+		}
+	}
+	return n.decodeName(ctx, name)
+}
+
 // writeSidecar records the encoded name behind a long stand-in name.
 func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno {
 	if !n.fs.isLong(lname) {

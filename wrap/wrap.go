@@ -22,6 +22,7 @@ type fs struct {
 
 	bs, ov, hs uint64 // block size, block overhead, header size
 	log        *slog.Logger
+	data       [64]sync.RWMutex // DataLock stripes, if the stack has none
 }
 
 // New builds a layer over lower from hooks, a value implementing any of
@@ -99,15 +100,48 @@ type node struct {
 
 	mu    sync.Mutex
 	dirID []byte // cached identity for NameCodec
-
-	// data orders writes and truncates, which read, modify and write
-	// whole blocks, against each other and against reads.
-	data sync.RWMutex
 }
 
 func (f *fs) wrapNode(lower layer.Node) *node { return &node{fs: f, lower: lower} }
 
 func (n *node) Token() layer.Token { return n.lower.Token() }
+
+// Events are the stack's, from below.
+func (n *node) Events() *layer.Events {
+	if s, ok := n.lower.(layer.EventSource); ok {
+		return s.Events()
+	}
+	return nil
+}
+
+// DataLock is the stack's, from below, or the layer's own.
+func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
+	if l, ok := n.lower.(layer.DataLocker); ok {
+		return l.DataLock(tok)
+	}
+	return &n.fs.data[(tok.Ino^tok.Gen)%uint64(len(n.fs.data))]
+}
+
+type dataLocked struct{}
+
+// lockData takes the file's data lock for reading or writing blocks,
+// unless a layer above already holds it for this request; the returned
+// context tells the layers below that it is held.
+func (n *node) lockData(ctx context.Context, write bool) (context.Context, func()) {
+	if ctx.Value(dataLocked{}) != nil {
+		return ctx, func() {}
+	}
+	l := n.DataLock(n.Token())
+	// Events raised under the lock wait until it is released.
+	ctx, flush := layer.Defer(ctx)
+	ctx = context.WithValue(ctx, dataLocked{}, true)
+	if write {
+		l.Lock()
+		return ctx, func() { l.Unlock(); flush() }
+	}
+	l.RLock()
+	return ctx, func() { l.RUnlock(); flush() }
+}
 
 func (n *node) Forget() {
 	if !n.root {

@@ -1,0 +1,101 @@
+package fuseview
+
+import (
+	"context"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// A view is a coherence holder: the kernel caches the attributes, pages
+// and names of the inodes it knows, and the view invalidates them when
+// another view, or a program beside the stack, changes the file.
+
+// known records in under its token. A token may have several inodes for
+// a moment: go-fuse discards a new inode for a file it already knows
+// (hard links, racing lookups), and a discarded one is never forgotten, so
+// the list drops inodes the kernel does not hold.
+func (v *view) known(in *inode) {
+	tok := in.node().Token()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ins := v.byToken[tok][:0:0]
+	for _, o := range v.byToken[tok] {
+		if !o.Forgotten() {
+			ins = append(ins, o)
+		}
+	}
+	v.byToken[tok] = append(ins, in)
+}
+
+func (v *view) forgotten(in *inode) {
+	tok := in.node().Token()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ins := v.byToken[tok]
+	for i, o := range ins {
+		if o == in {
+			ins = append(ins[:i:i], ins[i+1:]...)
+			break
+		}
+	}
+	if len(ins) == 0 {
+		delete(v.byToken, tok)
+	} else {
+		v.byToken[tok] = ins
+	}
+}
+
+func (v *view) inodes(tok layer.Token) []*inode {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]*inode(nil), v.byToken[tok]...)
+}
+
+// Invalidate drops what the kernel caches about ev's file.
+func (v *view) Invalidate(ev layer.Event) {
+	for _, in := range v.inodes(ev.Token) {
+		if !in.Forgotten() {
+			v.invalidate(in, ev)
+		}
+	}
+}
+
+func (v *view) invalidate(in *inode, ev layer.Event) {
+	switch ev.Kind {
+	case layer.Data:
+		in.NotifyContent(0, 0) // attributes and every page
+	case layer.Attrs:
+		in.NotifyContent(-1, 0) // attributes only
+	case layer.Entries:
+		in.NotifyContent(-1, 0) // the directory's size, times, links
+		v.invalidateName(in, ev.Name)
+	}
+}
+
+// invalidateName drops the kernel's entry for the name that ev's lower
+// name has in this view, positive or negative. A name the layers cannot
+// translate (their own files) costs every cached entry of the directory.
+func (v *view) invalidateName(dir *inode, lower string) {
+	name, ok := lower, true
+	if t, is := dir.node().(layer.NameTranslator); is {
+		name, ok = t.UpperName(context.Background(), lower)
+	}
+	if ok {
+		dir.NotifyEntry(name)
+		return
+	}
+	for name := range dir.Children() {
+		dir.NotifyEntry(name)
+	}
+}
+
+// openFlags are the FUSE open flags of a file: with coherence the page
+// cache stays valid across opens, since changes are pushed.
+func (v *view) openFlags() uint32 {
+	if v.opts.KeepCache {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
+}
