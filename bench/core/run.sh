@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks the shale loop view against native ext4, go-fuse's loopback
-# example and bindfs: the same workloads on each, in one run, the systems
-# interleaved in every repetition (ABCDE ABCDE ...) to spread noise.
+# example and bindfs, and shale's data-transforming layers (rot13, crypt)
+# against the loop view and against gocryptfs: the same workloads on each,
+# in one run, the systems interleaved in every repetition (ABCDE ABCDE ...)
+# to spread noise.
 #
 #   bench/core/run.sh [-n RUNS] [-o OUT.md] [-d WORKDIR] [-s SYSTEMS]
 #
@@ -9,7 +11,9 @@
 #   -o OUT.md   also write the report (markdown) to OUT.md
 #   -d WORKDIR  where lower directories and mount points go (default
 #               /var/tmp/shale-bench; must be on a disk file system)
-#   -s SYSTEMS  comma-separated subset of: native,shale,shale-nopt,loopback,bindfs
+#   -s SYSTEMS  comma-separated subset of: native,shale,shale-nopt,loopback,
+#               bindfs,rot13,crypt,gocryptfs (default: the first five, the
+#               loop view's comparison; docs/benchmarks.md has the layers')
 #
 # Needs root (drop_caches, allow_other). See docs/benchmarks.md.
 set -euo pipefail
@@ -26,19 +30,23 @@ while getopts "n:o:d:s:h" opt; do
 	o) out=$OPTARG ;;
 	d) work=$OPTARG ;;
 	s) systems=$OPTARG ;;
-	*) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	*) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -n wants a positive number, got '$runs'" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
 IFS=, read -r -a syslist <<<"$systems"
 for s in "${syslist[@]}"; do
-	case $s in native | shale | shale-nopt | loopback | bindfs) ;; *) echo "run.sh: unknown system '$s'" >&2; exit 2 ;; esac
+	case $s in native | shale | shale-nopt | loopback | bindfs | rot13 | crypt | gocryptfs) ;; *) echo "run.sh: unknown system '$s'" >&2; exit 2 ;; esac
 done
 
 SRC=/usr/local/go/src       # the source tree the metadata workloads copy
-BIGMB=1024                  # sequential file size (MiB)
-RANDSECS=10                 # 4 KiB random read run time (s)
+# Smaller values (for trying the harness only; the row names keep saying
+# 1 GiB) come from SHALE_BENCH_BIGMB and SHALE_BENCH_RANDSECS.
+BIGMB=${SHALE_BENCH_BIGMB:-1024}      # sequential file size (MiB)
+RANDSECS=${SHALE_BENCH_RANDSECS:-10}  # 4 KiB random read and write run time (s)
+SCRYPT_LOGN=10              # scrypt cost (log2 N) of crypt's and gocryptfs's
+                            # fresh configs: mounting fast, not safe
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -46,15 +54,20 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 log "building bin/shale (scripts/setup.sh) and go-fuse's loopback example"
 ./scripts/setup.sh >&2
 tmp=$(mktemp -d /tmp/shale-bench.XXXXXX)
+# A private copy: others rebuilding bin/shale during the run change nothing.
+cp bin/shale "$tmp/shale"
+shale=$tmp/shale
 ( cd "$root" && CGO_ENABLED=0 go build -o "$tmp/loopback" github.com/hanwen/go-fuse/v2/example/loopback )
 gofuse=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2)
-for t in fio bindfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
+for t in fio bindfs gocryptfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
 
 mkdir -p "$work"
 fstype=$(stat -f -c %T "$work")
 case $fstype in tmpfs | ramfs | fuse* | overlay*) echo "run.sh: $work is on $fstype; pick a disk file system with -d" >&2; exit 1 ;; esac
 results=$tmp/results.tsv
 : >"$results"
+pass=$tmp/passphrase
+echo "shale-bench passphrase" >"$pass"
 
 # --- systems ---------------------------------------------------------------
 # target SYS: the directory the workloads use on SYS.
@@ -66,7 +79,7 @@ mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountin
 daemon_pid() {
 	local p
 	for p in /proc/[0-9]*; do
-		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1" || continue
+		tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$1" || continue
 		ls -l "$p/fd" 2>/dev/null | grep -q ' /dev/fuse$' && { echo "${p#/proc/}"; return; }
 	done
 }
@@ -84,8 +97,20 @@ mount_sys() {
 	mkdir -p "$lower" "$mnt"
 	case $s in
 	native) return ;;
-	shale) bin/shale mount "$lower" "$mnt" ;;
-	shale-nopt) bin/shale mount --no-passthrough "$lower" "$mnt" ;;
+	shale) "$shale" mount "$lower" "$mnt" ;;
+	shale-nopt) "$shale" mount --no-passthrough "$lower" "$mnt" ;;
+	rot13) "$shale" mount --layer rot13 "$lower" "$mnt" ;;
+	crypt)
+		# A fresh config in every turn, as for gocryptfs.
+		rm -rf "$lower" && mkdir "$lower"
+		"$shale" init --layer crypt --passfile "$pass" --scrypt-logn $SCRYPT_LOGN "$lower" >&2
+		"$shale" mount --layer crypt --passfile "$pass" "$lower" "$mnt"
+		;;
+	gocryptfs)
+		rm -rf "$lower" && mkdir "$lower"
+		gocryptfs -init -q -passfile "$pass" -scryptn $SCRYPT_LOGN "$lower" >&2
+		gocryptfs -q -nosyslog -allow_other -passfile "$pass" "$lower" "$mnt" >&2
+		;;
 	loopback)
 		"$tmp/loopback" -q -allow-other "$mnt" "$lower" >>"$tmp/loopback.log" 2>&1 &
 		loopback_pid=$!
@@ -103,7 +128,7 @@ umount_sys() {
 	mounted "$mnt" || return 0
 	sync
 	case $s in
-	shale | shale-nopt) bin/shale umount "$mnt" || umount -l "$mnt" ;;
+	shale | shale-nopt | rot13 | crypt) "$shale" umount "$mnt" || umount -l "$mnt" ;;
 	*) umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" ;;
 	esac
 	if [ "$s" = loopback ] && [ -n "$loopback_pid" ]; then
@@ -134,10 +159,13 @@ timed() {
 	log "  $s $w ${secs}s"
 }
 
-# resident SYS: how much of the big file (in the lower directory) is in the
-# page cache; logged before each cold read as a check that caches were
-# dropped.
-resident() { fincore --bytes --noheadings -o RES "$work/$1/lower/big" 2>/dev/null || echo "?"; }
+# resident SYS: how much of the lower directory's large files (the big
+# file, under an encrypted name for crypt and gocryptfs) is in the page
+# cache; logged before each cold read as a check that caches were dropped.
+resident() {
+	find "$work/$1/lower" -type f -size +1M -exec fincore --bytes --noheadings -o RES {} + 2>/dev/null |
+		awk '{ s += $1 } END { print s + 0 }'
+}
 
 record() { printf '%s\t%s\t%s\t%s\n' "$rep" "$1" "$2" "$3" >>"$results"; log "  $1 $2 $3"; }
 
@@ -165,8 +193,11 @@ run_system() {
 	cold; timed "$s" "rm -r" w_rm "$d"
 
 	cold
+	c0=$(cpu_secs "$pid")
 	t0=$EPOCHREALTIME; w_write "$d"; t1=$EPOCHREALTIME
+	c1=$(cpu_secs "$pid")
 	record "$s" "seq write 1 GiB" "$(awk -v a="$t0" -v b="$t1" -v mb=$BIGMB 'BEGIN { printf "%.1f", mb / (b - a) }')"
+	[ "$s" = native ] || record "$s" "daemon CPU during seq write" "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')"
 	cold
 	log "  $s big file resident before seq read: $(resident "$s") bytes"
 	c0=$(cpu_secs "$pid")
@@ -179,6 +210,12 @@ run_system() {
 	iops=$(fio --name=randread --filename="$d/big" --rw=randread --bs=4k --size=${BIGMB}m \
 		--runtime=$RANDSECS --time_based --ioengine=psync --numjobs=1 --minimal | awk -F';' '{ print $8 }')
 	record "$s" "randread 4 KiB" "$iops"
+	# Random 4 KiB writes over the same file; fio's run time (and so its
+	# IOPS) includes the final fsync.
+	cold
+	iops=$(fio --name=randwrite --filename="$d/big" --rw=randwrite --bs=4k --size=${BIGMB}m \
+		--runtime=$RANDSECS --time_based --ioengine=psync --numjobs=1 --end_fsync=1 --minimal | awk -F';' '{ print $49 }')
+	record "$s" "randwrite 4 KiB" "$iops"
 	rm -f "$d/big"
 	umount_sys "$s"
 }
@@ -200,6 +237,7 @@ report=$tmp/report.md
 	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
 	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
 	echo "- peers: go-fuse $gofuse example/loopback (-allow-other: allow_other,default_permissions; 1s entry/attr timeouts), $(bindfs --version | head -1) (--multithreaded -o default_permissions; allow_other as root), $(fio --version)"
+	echo "- layers: shale --layer rot13; shale --layer crypt and $(gocryptfs -version 2>/dev/null | head -1 | cut -d';' -f1) (Debian package; -allow_other, otherwise its defaults) over configs made fresh in every turn with scrypt log2 N = $SCRYPT_LOGN"
 	echo "- source tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1))"
 	echo
 	go run ./bench/core/report -systems "$systems" <"$results"

@@ -1,7 +1,8 @@
 // Command report turns the raw results of bench/core/run.sh (lines of
 // "rep<TAB>system<TAB>workload<TAB>value" on stdin) into markdown tables:
 // medians, ratios against native and against shale's peers, and the
-// targets with PASS or MISS.
+// targets with PASS or MISS; with the layer systems in the run, also crypt
+// against gocryptfs and rot13 against the loop view, with their targets.
 package main
 
 import (
@@ -41,6 +42,8 @@ var workloads = []workload{
 	{"seq write 1 GiB", mbps, false, true},
 	{"seq read 1 GiB", mbps, false, true},
 	{"randread 4 KiB", iops, false, false},
+	{"randwrite 4 KiB", iops, false, false},
+	{"daemon CPU during seq write", info, false, false},
 	{"daemon CPU during seq read", info, false, false},
 }
 
@@ -50,11 +53,24 @@ var names = map[string]string{
 	"shale-nopt": "shale (no passthrough)",
 	"loopback":   "go-fuse loopback",
 	"bindfs":     "bindfs",
+	"rot13":      "shale rot13",
+	"crypt":      "shale crypt",
+	"gocryptfs":  "gocryptfs",
 }
+
+// corePeers are the file systems the loop view is measured against.
+var corePeers = map[string]bool{"shale-nopt": true, "loopback": true, "bindfs": true}
 
 const (
 	metaTarget = 1.5
 	seqTarget  = 0.95
+	// crypt against gocryptfs: speedup at least cryptSeqTarget on the
+	// sequential rows, at least cryptTarget on every other row.
+	cryptSeqTarget = 1.2
+	cryptTarget    = 1.0
+	// rot13 within 10% of the loop view: at most 1.10x its time, at least
+	// 90% of its throughput.
+	rot13Slack = 0.10
 )
 
 func unit(k kind) string {
@@ -171,7 +187,7 @@ func main() {
 	// shale against each peer.
 	peers := []string{}
 	for _, s := range systems {
-		if s != "shale" && s != "native" {
+		if corePeers[s] {
 			peers = append(peers, s)
 		}
 	}
@@ -200,8 +216,11 @@ func main() {
 		fmt.Println()
 	}
 
-	// Targets.
-	if has["shale"] {
+	// Targets. The loop view's are left out of a run that is only about
+	// the layers (no go-fuse loopback or bindfs, but rot13, crypt or
+	// gocryptfs).
+	layerRun := has["rot13"] || has["crypt"] || has["gocryptfs"]
+	if has["shale"] && (!layerRun || has["loopback"] || has["bindfs"]) {
 		fmt.Println("### Targets")
 		fmt.Println()
 		header([]string{"target", "workload", "measured", "result"})
@@ -240,6 +259,8 @@ func main() {
 		fmt.Printf("Targets: %d PASS, %d MISS.\n", pass, miss)
 		fmt.Println()
 	}
+
+	layers(has, med, vals)
 
 	// Passthrough.
 	if pt, ok := med("daemon CPU during seq read", "shale"); ok {
@@ -298,3 +319,113 @@ func header(cols []string) {
 }
 
 func line(cols []string) { fmt.Println("| " + strings.Join(cols, " | ") + " |") }
+
+// layers prints crypt against gocryptfs and rot13 against the loop view
+// (with and without passthrough), then their targets.
+func layers(has map[string]bool, med func(w, s string) (float64, bool), vals map[string]map[string][]float64) {
+	type cmp struct{ sys, base string }
+	var cmps []cmp
+	if has["crypt"] && has["gocryptfs"] {
+		cmps = append(cmps, cmp{"crypt", "gocryptfs"})
+	}
+	for _, b := range []string{"shale-nopt", "shale"} {
+		if has["rot13"] && has[b] {
+			cmps = append(cmps, cmp{"rot13", b})
+		}
+	}
+	if len(cmps) == 0 {
+		return
+	}
+	fmt.Println("### Layers against their baselines")
+	fmt.Println()
+	fmt.Println("Speedup of each layer over its baseline: >1.00 means the layer is faster (baseline time / layer time, or layer throughput / baseline throughput).")
+	fmt.Println()
+	cols := []string{"workload"}
+	for _, c := range cmps {
+		cols = append(cols, names[c.sys]+" vs "+names[c.base])
+	}
+	header(cols)
+	for _, w := range workloads {
+		if vals[w.name] == nil || w.kind == info {
+			continue
+		}
+		row := []string{w.name}
+		for _, c := range cmps {
+			a, ok := med(w.name, c.sys)
+			b, ok2 := med(w.name, c.base)
+			if !ok || !ok2 || a == 0 || b == 0 {
+				row = append(row, "–")
+				continue
+			}
+			row = append(row, fmt.Sprintf("%.2f", speedup(w.kind, a, b)))
+		}
+		line(row)
+	}
+	fmt.Println()
+
+	fmt.Println("### Layer targets")
+	fmt.Println()
+	fmt.Printf("crypt: at least %.1fx gocryptfs's speed on sequential write and read, at least %.1fx on every other row. rot13: within %.0f%% of the loop view (at most %.2fx its time, at least %.0f%% of its throughput); the target is judged against the loop view without passthrough (a layer that changes file data cannot use passthrough); the rows against the loop view with passthrough are for reference and counted apart.\n",
+		cryptSeqTarget, cryptTarget, 100*rot13Slack, 1+rot13Slack, 100*(1-rot13Slack))
+	fmt.Println()
+	header([]string{"target", "workload", "measured", "result"})
+	type tally struct{ pass, miss int }
+	counts := map[string]*tally{}
+	verdict := func(group string, ok bool) string {
+		t := counts[group]
+		if t == nil {
+			t = &tally{}
+			counts[group] = t
+		}
+		if ok {
+			t.pass++
+			return "PASS"
+		}
+		t.miss++
+		return "**MISS**"
+	}
+	for _, c := range cmps {
+		for _, w := range workloads {
+			if w.kind == info {
+				continue
+			}
+			a, ok := med(w.name, c.sys)
+			b, ok2 := med(w.name, c.base)
+			if !ok || !ok2 || a == 0 || b == 0 {
+				continue
+			}
+			r := speedup(w.kind, a, b)
+			switch c.sys {
+			case "crypt":
+				want := cryptTarget
+				if w.seq {
+					want = cryptSeqTarget
+				}
+				line([]string{fmt.Sprintf("crypt ≥ %.1fx gocryptfs", want), w.name, fmt.Sprintf("%.2fx", r), verdict("crypt against gocryptfs", r >= want-1e-9)})
+			case "rot13":
+				group, label := "rot13 against the loop view without passthrough", "rot13 within 10% of loop view (no passthrough)"
+				if c.base == "shale" {
+					group = "rot13 against the loop view with passthrough (reference)"
+					label = "rot13 within 10% of loop view (passthrough; reference)"
+				}
+				var measured string
+				var ok bool
+				if w.kind == seconds {
+					measured = fmt.Sprintf("%.2fx time", a/b)
+					ok = a/b <= 1+rot13Slack+1e-9
+				} else {
+					measured = fmt.Sprintf("%.0f%%", 100*a/b)
+					ok = a/b >= 1-rot13Slack-1e-9
+				}
+				line([]string{label, w.name, measured, verdict(group, ok)})
+			}
+		}
+	}
+	fmt.Println()
+	for _, g := range []string{"crypt against gocryptfs", "rot13 against the loop view without passthrough", "rot13 against the loop view with passthrough (reference)"} {
+		if t := counts[g]; t != nil {
+			fmt.Printf("Targets, %s: %d PASS, %d MISS.\n", g, t.pass, t.miss)
+			fmt.Println()
+		}
+	}
+}
