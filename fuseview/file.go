@@ -12,8 +12,9 @@ import (
 
 // handle adapts a layer.Handle to go-fuse's file API.
 type handle struct {
-	h layer.Handle
-	v *view
+	h   layer.Handle
+	v   *view
+	tok layer.Token
 }
 
 // passthroughHandle is a handle whose data the kernel may read and write
@@ -26,11 +27,11 @@ type passthroughHandle struct {
 
 func (p *passthroughHandle) PassthroughFd() (int, bool) { return p.p.PassthroughFd() }
 
-func (v *view) newHandle(h layer.Handle) fs.FileHandle {
+func (v *view) newHandle(h layer.Handle, tok layer.Token) fs.FileHandle {
 	if p, ok := h.(layer.Passthrougher); ok && v.opts.Passthrough {
-		return &passthroughHandle{handle{h, v}, p}
+		return &passthroughHandle{handle{h, v, tok}, p}
 	}
-	return &handle{h, v}
+	return &handle{h, v, tok}
 }
 
 // layerHandle returns the layer handle behind a go-fuse file handle, or nil.
@@ -53,6 +54,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	defer h.v.busy(h.tok)()
 	k, e := h.h.Write(h.v.caller(ctx), data, off)
 	return uint32(k), e
 }
@@ -68,6 +70,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(h.v.caller(ctx)) }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	defer h.v.busy(h.tok)()
 	return h.h.Allocate(h.v.caller(ctx), int64(off), int64(size), mode)
 }
 

@@ -53,10 +53,38 @@ func (v *view) inodes(tok layer.Token) []*inode {
 	return append([]*inode(nil), v.byToken[tok]...)
 }
 
-// Invalidate drops what the kernel caches about ev's file.
+// busy marks a request of this view at work on tok until the returned
+// function runs. While it is, the kernel may hold locks of tok's inode
+// (its pages during a WRITE, a directory's lock during a create) until we
+// reply, so an invalidation of tok must not be waited for: if that request
+// is itself waiting to invalidate another view where our own requester
+// holds the locks, neither could go on.
+func (v *view) busy(tok layer.Token) func() {
+	v.mu.Lock()
+	v.inflight[tok]++
+	v.mu.Unlock()
+	return func() {
+		v.mu.Lock()
+		if v.inflight[tok]--; v.inflight[tok] == 0 {
+			delete(v.inflight, tok)
+		}
+		v.mu.Unlock()
+	}
+}
+
+// Invalidate drops what the kernel caches about ev's file, before it
+// returns unless a request of this view is at work on the file (busy).
 func (v *view) Invalidate(ev layer.Event) {
+	v.mu.Lock()
+	busy := v.inflight[ev.Token] > 0
+	v.mu.Unlock()
 	for _, in := range v.inodes(ev.Token) {
-		if !in.Forgotten() {
+		if in.Forgotten() {
+			continue
+		}
+		if busy {
+			go v.invalidate(in, ev)
+		} else {
 			v.invalidate(in, ev)
 		}
 	}

@@ -104,6 +104,7 @@ func (i *inode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut)
 }
 
 func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	defer i.v.busy(i.node().Token())()
 	var s layer.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Valid |= layer.SetMode
@@ -142,6 +143,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Mkdir(i.v.caller(ctx), name, mode, &a)
 	if e != 0 {
@@ -151,6 +153,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Mknod(i.v.caller(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
@@ -160,6 +163,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
@@ -169,6 +173,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer i.v.busy(i.node().Token())()
 	t, ok := target.(*inode)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -182,19 +187,22 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
 	c, h, e := i.node().Create(i.v.caller(ctx), name, flags, mode, &a)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return i.child(ctx, name, c, &a, out), i.v.newHandle(h), 0, 0
+	return i.child(ctx, name, c, &a, out), i.v.newHandle(h, i.node().Token()), 0, 0
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer i.v.busy(i.node().Token())()
 	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer i.v.busy(i.node().Token())()
 	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
@@ -203,6 +211,8 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
+	defer i.v.busy(i.node().Token())()
+	defer i.v.busy(p.node().Token())()
 	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 
@@ -215,7 +225,7 @@ func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	if e != 0 {
 		return nil, 0, e
 	}
-	return i.v.newHandle(h), i.v.openFlags(), 0
+	return i.v.newHandle(h, i.node().Token()), i.v.openFlags(), 0
 }
 
 func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

@@ -50,15 +50,16 @@ type view struct {
 	raw  *rawFS
 	id   uint32 // in the coherence manager
 
-	mu      sync.Mutex
-	byToken map[layer.Token][]*inode
+	mu       sync.Mutex
+	byToken  map[layer.Token][]*inode
+	inflight map[layer.Token]int // requests at work, by file (holder.go)
 }
 
 // Mount mounts root at dir and starts serving it. The returned server's
 // Wait returns when the mount goes away. root remains the caller's: the
 // view never calls its Forget, so several views may serve one root.
 func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
-	v := &view{opts: o, byToken: map[layer.Token][]*inode{}}
+	v := &view{opts: o, byToken: map[layer.Token][]*inode{}, inflight: map[layer.Token]int{}}
 	if o.Coherence != nil {
 		v.id = o.Coherence.Register(v)
 	}

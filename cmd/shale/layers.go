@@ -77,35 +77,3 @@ func findLayer(name string) (layerKind, error) {
 	}
 	return layerKinds[i], nil
 }
-
-// prepareLayers runs the prepare step of each named layer.
-func prepareLayers(dir string, names []string, f *layerFlags) error {
-	for _, name := range names {
-		k, err := findLayer(name)
-		if err != nil {
-			return err
-		}
-		if k.prepare != nil {
-			if err := k.prepare(dir, f); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// stackLayers stacks the named layers over root, bottom-most first.
-func stackLayers(ctx context.Context, root layer.Node, dir string, names []string, f *layerFlags) (layer.Node, error) {
-	for _, name := range names {
-		k, err := findLayer(name)
-		if err != nil {
-			return nil, err
-		}
-		n, err := k.open(ctx, root, dir, f)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s over %s: %v", name, dir, err)
-		}
-		root = n
-	}
-	return root, nil
-}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,8 +19,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/shalefs/shale/fuseview"
-	"github.com/shalefs/shale/hostfs"
 )
 
 type mountFlags struct {
@@ -34,6 +31,9 @@ type mountFlags struct {
 	cpuProfile    string
 	layers        []string
 	layerFlags
+	stack      string
+	coherence  string
+	timeoutSet bool // --timeout was given
 }
 
 // readyFdEnv names the descriptor on which a background child reports
@@ -47,12 +47,26 @@ const (
 func init() {
 	var f mountFlags
 	cmd := &cobra.Command{
-		Use:   "mount [flags] LOWER MOUNTPOINT",
+		Use:   "mount [flags] LOWER MOUNTPOINT | mount --stack FILE",
 		Short: "mount the directory LOWER, through layers, at MOUNTPOINT",
 		Long: `Mount serves the directory LOWER at MOUNTPOINT through FUSE. Without --layer it
 mirrors LOWER (the loop view); each --layer stacks a layer, bottom-most first:
 
   shale mount --layer shard --layer crypt --passfile F LOWER MNT
+
+With --stack FILE it mounts several views of one stack in one process, all
+kept coherent (docs/coherence.md):
+
+  lower = "/srv/vault"
+  [[layer]]                 # bottom-most first; names and flags as --layer
+  name = "crypt"
+  passfile = "/etc/shale/vault.pass"
+  [[view]]
+  layer = 0                 # the lower directory itself (a loop view)
+  mountpoint = "/mnt/vault-raw"
+  [[view]]
+  layer = 1                 # the first layer above it, and so on
+  mountpoint = "/mnt/vault"
 ` + "\n" + `Layers:
 ` + layerHelp() + `
 It returns once the mount is ready and keeps serving in the background; with -f
@@ -65,12 +79,15 @@ goes through FUSE passthrough when the kernel offers it.
 
 Changes made through the mount are never served stale. Changes made directly in
 LOWER by other programs are seen within --timeout (default 1s).`,
-		Args: cobra.ExactArgs(2),
+		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runMount(cmd, &f, args[0], args[1])
+			f.timeoutSet = cmd.Flags().Changed("timeout")
+			return runMount(cmd, &f, args)
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&f.stack, "stack", "", "mount every view of the stack this TOML file describes, in one process (see docs/coherence.md)")
+	fl.StringVar(&f.coherence, "coherence", "on", "with --stack: on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+layerNames())
 	f.layerFlags.register(fl)
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
@@ -84,8 +101,8 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	rootCmd.AddCommand(cmd)
 }
 
-func runMount(cmd *cobra.Command, f *mountFlags, lower, mnt string) error {
-	lower, mnt, err := checkMountArgs(lower, mnt)
+func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
+	p, err := planMount(cmd, f, args)
 	if err != nil {
 		return err
 	}
@@ -93,17 +110,18 @@ func runMount(cmd *cobra.Command, f *mountFlags, lower, mnt string) error {
 		f.foreground = true
 	}
 	if os.Getenv(secretFdEnv) != "" {
-		secret := os.NewFile(4, "secret")
-		f.secret, _ = io.ReadAll(secret)
-		secret.Close()
+		err = p.receiveSecrets(os.NewFile(4, "secrets"))
 		os.Unsetenv(secretFdEnv)
-	} else if err := prepareLayers(lower, f.layers, &f.layerFlags); err != nil {
+	} else {
+		err = p.prepare()
+	}
+	if err != nil {
 		return err
 	}
 	if !f.foreground && os.Getenv(readyFdEnv) == "" {
-		return daemonize(f.secret)
+		return daemonize(p.secrets())
 	}
-	return serve(f, lower, mnt)
+	return serve(f, p)
 }
 
 // checkMountArgs checks LOWER and MOUNTPOINT and returns their absolute,
@@ -234,8 +252,8 @@ func daemonize(secret []byte) error {
 	return nil
 }
 
-// serve mounts and serves until the mount goes away.
-func serve(f *mountFlags, lower, mnt string) error {
+// serve mounts every view of the plan and serves until they go away.
+func serve(f *mountFlags, p *plan) error {
 	var ready *os.File
 	if os.Getenv(readyFdEnv) != "" {
 		ready = os.NewFile(3, "ready")
@@ -246,25 +264,13 @@ func serve(f *mountFlags, lower, mnt string) error {
 		return report(ready, err)
 	}
 	raiseFileLimit()
-	host, err := hostfs.New(lower)
-	if err != nil {
-		return report(ready, fmt.Errorf("lower directory %s: %v", lower, err))
-	}
-	root, err := stackLayers(context.Background(), host, lower, f.layers, &f.layerFlags)
+	servers, err := p.mount(f)
 	if err != nil {
 		return report(ready, err)
 	}
-	server, err := fuseview.Mount(mnt, root, fuseview.Options{
-		Timeout:     f.timeout,
-		AllowOther:  f.allowOther,
-		Passthrough: !f.noPassthrough,
-		Source:      lower,
-		Debug:       f.debug,
-	})
-	if err != nil {
-		return report(ready, fmt.Errorf("mounting %s at %s: %v", lower, mnt, err))
+	for _, v := range p.views {
+		logger.Info("mounted", "lower", p.lower, "layer", v.layer, "mountpoint", v.mnt)
 	}
-	logger.Info("mounted", "lower", lower, "mountpoint", mnt)
 	if ready != nil {
 		ready.WriteString("ok\n")
 		ready.Close()
@@ -283,9 +289,27 @@ func serve(f *mountFlags, lower, mnt string) error {
 		pprof.StartCPUProfile(pf)
 		defer pprof.StopCPUProfile()
 	}
-	go endOnSignal(server, mnt, logger)
-	server.Wait()
-	logger.Info("unmounted", "mountpoint", mnt)
+	// The views end together: on a signal, or when any one is unmounted.
+	end := make(chan string, len(servers)+1)
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		end <- "signal " + (<-sig).String()
+	}()
+	for i, s := range servers {
+		go func() {
+			s.Wait()
+			end <- "unmount of " + p.views[i].mnt
+		}()
+	}
+	logger.Info("ending", "why", <-end)
+	for i, s := range servers {
+		unmount(s, p.views[i].mnt, logger)
+	}
+	for i, s := range servers {
+		s.Wait()
+		logger.Info("unmounted", "mountpoint", p.views[i].mnt)
+	}
 	return nil
 }
 
@@ -317,18 +341,17 @@ func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, nil)), nil
 }
 
-// endOnSignal unmounts on SIGTERM or SIGINT. If files are still open the
-// mount is detached: new accesses fail, open files keep working, and the
-// process ends when the last of them is closed.
-func endOnSignal(server *fuse.Server, mnt string, logger *slog.Logger) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	s := <-sig
-	logger.Info("unmounting", "signal", s.String())
+// unmount ends a view. If files are still open the mount is detached: new
+// accesses fail, open files keep working, and its server ends when the
+// last of them is closed.
+func unmount(server *fuse.Server, mnt string, logger *slog.Logger) {
+	if _, _, ok := mountedAt(mnt); !ok {
+		return
+	}
 	if err := server.Unmount(); err != nil {
-		logger.Warn("mount busy; detaching it", "err", err)
+		logger.Warn("mount busy; detaching it", "mountpoint", mnt, "err", err)
 		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-			logger.Error("detach failed", "err", err)
+			logger.Error("detach failed", "mountpoint", mnt, "err", err)
 		}
 	}
 }
