@@ -18,7 +18,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
-
 )
 
 type mountFlags struct {
