@@ -188,6 +188,12 @@ func (p *plan) mount(f *mountFlags) ([]*fuse.Server, error) {
 		// write beside the manager, so views serve data themselves.
 		opts.Coherence = coherence.New(host.(layer.EventSource).Events(), p.coherenceOff)
 		opts.KeepCache = true
+		if !p.coherenceOff {
+			// Changes other programs make in the lower directory.
+			if _, err := hostfs.Watch(host); err != nil {
+				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; run as root, or use --coherence=off", p.lower, err)
+			}
+		}
 		opts.Passthrough = false
 		if !f.timeoutSet {
 			opts.Timeout = time.Hour

@@ -258,10 +258,74 @@ var checks = []check{
 	}, false},
 }
 
+// Changes made directly in the lower directory, by this process (not
+// shale's), must show in the views within a second.
+var besideChecks = []check{
+	{"write in lower, read in raw", func(t *testing.T, v views) (string, string) {
+		os.WriteFile(filepath.Join(v.raw, "b"), []byte("1111"), 0o644)
+		read(filepath.Join(v.raw, "b"))
+		read(filepath.Join(v.raw, "b"))
+		os.WriteFile(filepath.Join(v.lower, "b"), []byte("2222"), 0o644)
+		return eventually(func() string { return read(filepath.Join(v.raw, "b")) }, "2222")
+	}, true},
+	{"chmod in lower, stat in raw", func(t *testing.T, v views) (string, string) {
+		os.WriteFile(filepath.Join(v.raw, "c"), []byte("x"), 0o644)
+		mode(filepath.Join(v.raw, "c"))
+		os.Chmod(filepath.Join(v.lower, "c"), 0o640)
+		return eventually(func() string { return mode(filepath.Join(v.raw, "c")) }, "640")
+	}, true},
+	{"create and delete in lower, look up in raw", func(t *testing.T, v views) (string, string) {
+		mode(filepath.Join(v.raw, "n")) // a negative entry
+		os.WriteFile(filepath.Join(v.raw, "d"), []byte("x"), 0o644)
+		mode(filepath.Join(v.raw, "d"))
+		os.WriteFile(filepath.Join(v.lower, "n"), []byte("x"), 0o644)
+		os.Remove(filepath.Join(v.lower, "d"))
+		return eventually(func() string {
+			return mode(filepath.Join(v.raw, "n")) + " " + mode(filepath.Join(v.raw, "d"))
+		}, "644 no such file or directory")
+	}, true},
+	{"rename an encrypted file in lower, stat in enc", func(t *testing.T, v views) (string, string) {
+		os.WriteFile(filepath.Join(v.enc, "secret"), []byte("x"), 0o644)
+		mode(filepath.Join(v.enc, "secret"))
+		// Its encrypted name is the one new lower name.
+		before := names(v.lower)
+		os.WriteFile(filepath.Join(v.enc, "other"), []byte("y"), 0o644)
+		var enc string
+		for n := range names(v.lower) {
+			if !before[n] {
+				enc = n
+			}
+		}
+		mode(filepath.Join(v.enc, "other"))
+		os.Rename(filepath.Join(v.lower, enc), filepath.Join(v.lower, enc+"x")) // no longer decodes
+		return eventually(func() string { return mode(filepath.Join(v.enc, "other")) }, "no such file or directory")
+	}, true},
+}
+
+func names(dir string) map[string]bool {
+	m := map[string]bool{}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		m[e.Name()] = true
+	}
+	return m
+}
+
+// eventually polls f for up to a second until it returns want.
+func eventually(f func() string, want string) (string, string) {
+	var got string
+	for deadline := time.Now().Add(time.Second); ; {
+		if got = f(); got == want || time.Now().After(deadline) {
+			return got, want
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func runChecks(t *testing.T, coherence string) map[string]bool {
 	v := mountStack(t, coherence)
 	held := map[string]bool{}
-	for _, c := range checks {
+	for _, c := range append(checks, besideChecks...) {
 		got, want := c.run(t, v)
 		held[c.name] = got == want
 		t.Logf("coherence=%s: %s: got %q, want %q", coherence, c.name, got, want)
@@ -281,7 +345,7 @@ func TestViewsAreCoherent(t *testing.T) {
 // can fail, and the manager is what makes them hold.
 func TestWithoutCoherenceViewsGoStale(t *testing.T) {
 	held := runChecks(t, "off")
-	for _, c := range checks {
+	for _, c := range append(checks, besideChecks...) {
 		if c.coherent && held[c.name] {
 			t.Errorf("coherence off: %s held; the check does not exercise coherence", c.name)
 		}
