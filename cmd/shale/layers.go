@@ -10,6 +10,7 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/rot13"
+	"github.com/shalefs/shale/wrap"
 )
 
 // A layerKind is a layer the command line can stack with --layer.
@@ -40,6 +41,13 @@ var layerKinds []layerKind
 func registerLayer(k layerKind) { layerKinds = append(layerKinds, k) }
 
 func init() {
+	registerLayer(layerKind{
+		name:  "null",
+		short: "pass everything through (Wrapfs' lofs; the UCLA paper's null layer)",
+		open: func(ctx context.Context, lower layer.Node, dir string, f *layerFlags) (layer.Node, error) {
+			return wrap.New(ctx, lower, nil)
+		},
+	})
 	registerLayer(layerKind{
 		name:  "rot13",
 		short: "rot13 file data (the Wrapfs paper's first example)",
