@@ -8,13 +8,16 @@
 package fuseview
 
 import (
+	"fmt"
 	"log"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/layer"
@@ -113,5 +116,18 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 			o.Coherence.Unregister(v.id)
 		}()
 	}
+	raiseReadahead(dir, mo.MaxReadAhead)
 	return server, nil
+}
+
+// raiseReadahead lets the kernel read ahead as far as MaxReadAhead: FUSE
+// starts a mount's backing device at 128 KiB, which go-fuse can only lower,
+// so READs would stay at 128 KiB. Needs root; without it reads stay small.
+func raiseReadahead(dir string, bytes int) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return
+	}
+	bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	os.WriteFile(bdi, []byte(strconv.Itoa(bytes>>10)), 0)
 }

@@ -22,14 +22,16 @@ func (codec) BlockSize() int { return 4096 }
 func (codec) Overhead() int  { return 0 }
 
 func (codec) EncodeBlock(dst, hdr []byte, blk uint64, plain []byte) ([]byte, error) {
-	for _, c := range plain {
-		switch {
-		case 'a' <= c && c <= 'z':
-			c = 'a' + (c-'a'+13)%26
-		case 'A' <= c && c <= 'Z':
-			c = 'A' + (c-'A'+13)%26
+	n := len(dst)
+	dst = append(dst, plain...)
+	for i, c := range dst[n:] {
+		if l := c | 0x20; 'a' <= l && l <= 'z' { // c|0x20 lowers only letters into a-z
+			if l <= 'm' {
+				dst[n+i] = c + 13
+			} else {
+				dst[n+i] = c - 13
+			}
 		}
-		dst = append(dst, c)
 	}
 	return dst, nil
 }

@@ -1,6 +1,7 @@
 package wrap
 
 import (
+	"bytes"
 	"context"
 	"syscall"
 
@@ -146,14 +147,20 @@ func (n *node) writeBlocks(ctx context.Context, h layer.Handle, hdr []byte, firs
 	return 0
 }
 
+// allZero compares against a zero block, which the runtime does a word at
+// a time.
 func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		k := min(len(b), len(zeros))
+		if !bytes.Equal(b[:k], zeros[:k]) {
 			return false
 		}
+		b = b[k:]
 	}
 	return true
 }
+
+var zeros [8192]byte
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
 	n, fs := f.n, f.n.fs
