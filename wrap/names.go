@@ -39,23 +39,51 @@ func (n *node) id(ctx context.Context) ([]byte, layer.Errno) {
 }
 
 func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
+	id, e := readSmall(ctx, d, f.dirs.DirIDFile(), maxDirID)
+	if e == syscall.EIO || e == 0 && len(id) == 0 {
+		f.log.Error("wrap: a directory's identity file is damaged", "token", d.Token())
+		return nil, syscall.EIO
+	}
+	return id, e
+}
+
+// readSmall reads the whole of file name in lower directory d, which must
+// hold at most max bytes (EIO otherwise).
+func readSmall(ctx context.Context, d layer.Node, name string, max uint64) ([]byte, layer.Errno) {
 	var a layer.Attr
-	c, e := d.Lookup(ctx, f.dirs.DirIDFile(), &a)
+	c, e := d.Lookup(ctx, name, &a)
 	if e != 0 {
 		return nil, e
 	}
 	defer c.Forget()
+	if a.Size > max {
+		return nil, syscall.EIO
+	}
 	h, e := c.Open(ctx, syscall.O_RDONLY)
 	if e != 0 {
 		return nil, e
 	}
 	defer h.Release(ctx)
-	id := make([]byte, min(a.Size, maxDirID))
-	if k, e := h.Read(ctx, id, 0); e != 0 || k != len(id) || k == 0 || a.Size > maxDirID {
-		f.log.Error("wrap: a directory's identity file is damaged", "token", d.Token())
-		return nil, syscall.EIO
+	b := make([]byte, a.Size)
+	if k, e := h.Read(ctx, b, 0); e != 0 || k != len(b) {
+		return nil, orEIO(e)
 	}
-	return id, 0
+	return b, 0
+}
+
+// writeSmall makes file name in lower directory d hold data, durably.
+func writeSmall(ctx context.Context, d layer.Node, name string, data []byte, flags uint32) layer.Errno {
+	var a layer.Attr
+	c, h, e := d.Create(ctx, name, syscall.O_WRONLY|flags, 0o444, &a)
+	if e != 0 {
+		return e
+	}
+	defer c.Forget()
+	defer h.Release(ctx)
+	if k, e := h.Write(ctx, data, 0); e != 0 || k != len(data) {
+		return orEIO(e)
+	}
+	return h.Fsync(ctx, false)
 }
 
 // initDir writes the identity file of lower directory d: id, or a new one.
@@ -66,17 +94,7 @@ func (f *fs) initDir(ctx context.Context, d layer.Node, id []byte) layer.Errno {
 			return syscall.EIO
 		}
 	}
-	var a layer.Attr
-	c, h, e := d.Create(ctx, f.dirs.DirIDFile(), syscall.O_WRONLY|syscall.O_EXCL, 0o444, &a)
-	if e != 0 {
-		return e
-	}
-	defer c.Forget()
-	defer h.Release(ctx)
-	if k, e := h.Write(ctx, id, 0); e != 0 || k != len(id) {
-		return orEIO(e)
-	}
-	return h.Fsync(ctx, false)
+	return writeSmall(ctx, d, f.dirs.DirIDFile(), id, syscall.O_EXCL)
 }
 
 // rmdir removes lower directory lname, whose identity file alone would
@@ -228,37 +246,11 @@ func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno
 	if err != nil {
 		return errnoOf(err, syscall.EINVAL)
 	}
-	var a layer.Attr
-	c, h, e := n.lower.Create(ctx, lname+sidecarSuffix, syscall.O_WRONLY|syscall.O_TRUNC, 0o444, &a)
-	if e != 0 {
-		return e
-	}
-	defer c.Forget()
-	defer h.Release(ctx)
-	if k, e := h.Write(ctx, []byte(enc), 0); e != 0 || k != len(enc) {
-		return syscall.EIO
-	}
-	return h.Fsync(ctx, false)
+	return writeSmall(ctx, n.lower, lname+sidecarSuffix, []byte(enc), syscall.O_TRUNC)
 }
 
 func (n *node) readSidecar(ctx context.Context, lname string) ([]byte, layer.Errno) {
-	var a layer.Attr
-	c, e := n.lower.Lookup(ctx, lname+sidecarSuffix, &a)
-	if e != 0 {
-		return nil, e
-	}
-	defer c.Forget()
-	h, e := c.Open(ctx, syscall.O_RDONLY)
-	if e != 0 {
-		return nil, e
-	}
-	defer h.Release(ctx)
-	if a.Size > maxSidecar {
-		return nil, syscall.EIO
-	}
-	buf := make([]byte, a.Size)
-	k, e := h.Read(ctx, buf, 0)
-	return buf[:k], e
+	return readSmall(ctx, n.lower, lname+sidecarSuffix, maxSidecar)
 }
 
 func (n *node) removeSidecar(ctx context.Context, lname string) {
