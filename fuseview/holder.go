@@ -93,7 +93,13 @@ func (v *view) Invalidate(ev layer.Event) {
 func (v *view) invalidate(in *inode, ev layer.Event) {
 	switch ev.Kind {
 	case layer.Data:
-		in.NotifyContent(0, 0) // attributes and every page
+		// The attributes, and the pages the change touched; a layer that
+		// reshapes files makes its offsets meaningless here, so all pages.
+		off, n := ev.Off, ev.Len
+		if !v.sameOffsets {
+			off, n = 0, 0
+		}
+		in.NotifyContent(off, n)
 	case layer.Attrs:
 		in.NotifyContent(-1, 0) // attributes only
 	case layer.Entries:

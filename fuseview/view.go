@@ -53,6 +53,10 @@ type view struct {
 	raw  *rawFS
 	id   uint32 // in the coherence manager
 
+	// sameOffsets: the view's files have the offsets of the host's (no
+	// layer in the stack reshapes data), so Data events' ranges apply.
+	sameOffsets bool
+
 	mu       sync.Mutex
 	byToken  map[layer.Token][]*inode
 	inflight map[layer.Token]int // requests at work, by file (holder.go)
@@ -65,6 +69,9 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	v := &view{opts: o, byToken: map[layer.Token][]*inode{}, inflight: map[layer.Token]int{}}
 	if o.Coherence != nil {
 		v.id = o.Coherence.Register(v)
+	}
+	if r, ok := root.(layer.OffsetKeeper); ok {
+		v.sameOffsets = r.KeepsOffsets()
 	}
 	tok := root.Token()
 	mo := fuse.MountOptions{

@@ -43,7 +43,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 	if err != nil {
 		return 0, errno(err)
 	}
-	f.fs.raise(ctx, layer.Data, f.tok, "")
+	f.fs.raiseRange(ctx, layer.Data, f.tok, "", off, int64(k))
 	return k, 0
 }
 

@@ -48,16 +48,24 @@ func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
 	return &n.fs.data[(tok.Ino^tok.Gen)%uint64(len(n.fs.data))]
 }
 
+// KeepsOffsets: the FS is the bottom of its stack.
+func (n *node) KeepsOffsets() bool { return true }
+
 // Events are raised for every change made through the FS.
 func (n *node) Events() *layer.Events { return &n.fs.events }
 
 // raise tells subscribers that tok changed, on behalf of ctx's view.
 func (fs *FS) raise(ctx context.Context, kind layer.EventKind, tok layer.Token, name string) {
+	fs.raiseRange(ctx, kind, tok, name, 0, 0)
+}
+
+// raiseRange is raise for a change of len bytes at off (len 0: all).
+func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.Token, name string, off, len int64) {
 	if !fs.events.Active() {
 		return
 	}
 	c, _ := layer.CallerOf(ctx)
-	fs.events.RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View})
+	fs.events.RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View, Off: off, Len: len})
 }
 
 // raiseGone tells subscribers about the file that name in dirfd is before

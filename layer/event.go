@@ -12,6 +12,10 @@ type Event struct {
 	Kind  EventKind
 	Token Token  // the file that changed; for Entries, the directory
 	Name  string // for Entries: the name (in the raiser's namespace) that changed
+	// Off and Len bound a Data change; Len 0 means the whole file. They
+	// are offsets of the raiser's file; layers that reshape files widen
+	// the range to the whole file.
+	Off, Len int64
 	// View is the view whose request made the change (Caller.View), 0 for
 	// changes made beside the stack. That view's kernel already knows.
 	View uint32
@@ -125,4 +129,11 @@ func (s *Events) RaiseIn(ctx context.Context, ev Event) {
 		return
 	}
 	s.Raise(ev)
+}
+
+// OffsetKeeper is implemented by nodes that can tell whether file offsets
+// mean the same in their layer and at the bottom of the stack (no layer
+// beneath reshapes data): then a change's byte range applies to them too.
+type OffsetKeeper interface {
+	KeepsOffsets() bool
 }

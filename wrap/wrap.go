@@ -114,6 +114,16 @@ func (n *node) Events() *layer.Events {
 	return nil
 }
 
+// KeepsOffsets tells whether offsets mean the same here and at the bottom
+// of the stack: this layer must not reshape data, nor any beneath.
+func (n *node) KeepsOffsets() bool {
+	if n.fs.sized() {
+		return false
+	}
+	k, ok := n.lower.(layer.OffsetKeeper)
+	return ok && k.KeepsOffsets()
+}
+
 // DataLock is the stack's, from below, or the layer's own.
 func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
 	if l, ok := n.lower.(layer.DataLocker); ok {

@@ -31,6 +31,7 @@ var (
 	workDir = flag.String("dir", "/var/tmp/shale-coherence-bench", "work directory, on the file system to measure")
 	tree    = flag.String("tree", "/usr/local/go/src", "source tree for the metadata workload")
 	scale   = flag.Int("scale", 4, "interference scale (the paper's is 4)")
+	only    = flag.String("only", "", "run only this part: overhead, caching or interference")
 	shale   string
 )
 
@@ -47,10 +48,15 @@ func main() {
 	if out, err := build.CombinedOutput(); err != nil {
 		fail(fmt.Sprintf("building shale (run from the module root): %v\n%s", err, out))
 	}
-	fmt.Printf("Command: `go run ./bench/coherence -n %d`, %s\n\n", *reps, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	overhead()
-	caching()
-	interference()
+	fmt.Printf("Command: `go run ./bench/coherence %s`, %s\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	for _, part := range []struct {
+		name string
+		run  func()
+	}{{"overhead", overhead}, {"caching", caching}, {"interference", interference}} {
+		if *only == "" || *only == part.name {
+			part.run()
+		}
+	}
 }
 
 // stack mounts views (layer indexes) of a stack of layers over a fresh

@@ -243,6 +243,22 @@ var checks = []check{
 		os.WriteFile(filepath.Join(v.r13, "m"), []byte(rot13("nnnn")), 0o644)
 		return before + " " + string(mem), "mmmm nnnn"
 	}, true},
+	{"partial write in enc, raw shows the lower bytes", func(t *testing.T, v views) (string, string) {
+		before := names(v.lower)
+		os.WriteFile(filepath.Join(v.enc, "p"), bytes.Repeat([]byte("p"), 3*4096), 0o644)
+		var enc string
+		for n := range names(v.lower) {
+			if !before[n] {
+				enc = n
+			}
+		}
+		read(filepath.Join(v.raw, enc))
+		read(filepath.Join(v.raw, enc)) // cached
+		f, _ := os.OpenFile(filepath.Join(v.enc, "p"), os.O_WRONLY, 0)
+		f.WriteAt([]byte("q"), 5000) // rewrites one block, in the middle
+		f.Close()
+		return fmt.Sprintf("%x", read(filepath.Join(v.raw, enc))), fmt.Sprintf("%x", read(filepath.Join(v.lower, enc)))
+	}, true},
 	{"locks through two views", func(t *testing.T, v views) (string, string) {
 		os.WriteFile(filepath.Join(v.enc, "k"), []byte("k"), 0o644)
 		a, _ := os.OpenFile(filepath.Join(v.enc, "k"), os.O_RDWR, 0)
