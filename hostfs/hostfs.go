@@ -378,23 +378,15 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
-	if e := validName(name); e != 0 {
-		return e
-	}
-	fd, e := n.use()
-	if e != 0 {
-		return e
-	}
-	defer n.done()
-	n.fs.raiseGone(ctx, fd, name)
-	if err := unix.Unlinkat(fd, name, 0); err != nil {
-		return errno(err)
-	}
-	n.fs.raise(ctx, layer.Entries, n.token, name)
-	return 0
+	return n.remove(ctx, name, 0)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
+	return n.remove(ctx, name, unix.AT_REMOVEDIR)
+}
+
+// remove unlinks name with unlinkat's flags.
+func (n *node) remove(ctx context.Context, name string, flags int) layer.Errno {
 	if e := validName(name); e != 0 {
 		return e
 	}
@@ -403,7 +395,10 @@ func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
 		return e
 	}
 	defer n.done()
-	if err := unix.Unlinkat(fd, name, unix.AT_REMOVEDIR); err != nil {
+	if flags == 0 {
+		n.fs.raiseGone(ctx, fd, name) // a file's other links change
+	}
+	if err := unix.Unlinkat(fd, name, flags); err != nil {
 		return errno(err)
 	}
 	n.fs.raise(ctx, layer.Entries, n.token, name)

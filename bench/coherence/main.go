@@ -131,54 +131,51 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func overhead() {
-	on, off := map[string][]float64{}, map[string][]float64{}
+// compare runs the metadata workload on two setups, interleaved, and
+// prints medians and the ratio b/a.
+func compare(title, intro, aName, bName string, a, b func() (string, func())) {
+	ra, rb := map[string][]float64{}, map[string][]float64{}
 	for i := 0; i < *reps; i++ {
 		for _, c := range []struct {
-			mode string
-			res  map[string][]float64
-		}{{"on", on}, {"off", off}} {
-			mnts, done := stack("overhead", []string{"null"}, []int{0, 1}, "--coherence="+c.mode)
-			metadata(mnts[1], c.res)
+			setup func() (string, func())
+			res   map[string][]float64
+		}{{a, ra}, {b, rb}} {
+			mnt, done := c.setup()
+			metadata(mnt, c.res)
 			done()
 		}
 	}
-	fmt.Println("## Framework overhead: coherence on and off (paper: Table 3, 3-5%)")
-	fmt.Println()
-	fmt.Println("A stack of one null layer with views of the lower directory and of the layer; the workload runs on the layer's view; seconds, medians of", *reps, "runs.")
-	fmt.Println()
-	fmt.Println("| workload | coherence on | coherence off | on/off |")
-	fmt.Println("| --- | --- | --- | --- |")
+	fmt.Printf("## %s\n\n%s; seconds, medians of %d runs.\n\n", title, intro, *reps)
+	fmt.Printf("| workload | %s | %s | %s/%s |\n| --- | --- | --- | --- |\n", aName, bName, bName, aName)
 	for _, r := range metadataRows {
-		a, b := median(on[r]), median(off[r])
-		fmt.Printf("| %s | %.2f | %.2f | %.3f |\n", r, a, b, a/b)
+		x, y := median(ra[r]), median(rb[r])
+		fmt.Printf("| %s | %.2f | %.2f | %.3f |\n", r, x, y, y/x)
 	}
 	fmt.Println()
 }
 
-func caching() {
-	cached, uncached := map[string][]float64{}, map[string][]float64{}
-	for i := 0; i < *reps; i++ {
-		for _, c := range []struct {
-			args []string
-			res  map[string][]float64
-		}{{nil, cached}, {[]string{"--timeout", "0"}, uncached}} {
-			mnts, done := stack("caching", []string{"null", "null", "null"}, []int{3}, c.args...)
-			metadata(mnts[0], c.res)
-			done()
+func overhead() {
+	setup := func(mode string) func() (string, func()) {
+		return func() (string, func()) {
+			mnts, done := stack("overhead", []string{"null"}, []int{0, 1}, "--coherence="+mode)
+			return mnts[1], done
 		}
 	}
-	fmt.Println("## What caching buys: three null layers (paper: Table 2)")
-	fmt.Println()
-	fmt.Println("The top view of a stack of three null layers, the kernel caching names and attributes for an hour (coherence on) or not at all (--timeout 0); seconds, medians of", *reps, "runs.")
-	fmt.Println()
-	fmt.Println("| workload | cached | uncached | uncached/cached |")
-	fmt.Println("| --- | --- | --- | --- |")
-	for _, r := range metadataRows {
-		a, b := median(cached[r]), median(uncached[r])
-		fmt.Printf("| %s | %.2f | %.2f | %.2f |\n", r, a, b, b/a)
+	compare("Framework overhead: coherence on and off (paper: Table 3, 3-5%)",
+		"A stack of one null layer with views of the lower directory and of the layer; the workload runs on the layer's view",
+		"coherence off", "coherence on", setup("off"), setup("on"))
+}
+
+func caching() {
+	setup := func(args ...string) func() (string, func()) {
+		return func() (string, func()) {
+			mnts, done := stack("caching", []string{"null", "null", "null"}, []int{3}, args...)
+			return mnts[0], done
+		}
 	}
-	fmt.Println()
+	compare("What caching buys: three null layers (paper: Table 2)",
+		"The top view of a stack of three null layers, the kernel caching names and attributes for an hour (coherence on) or not at all (--timeout 0)",
+		"cached", "uncached", setup(), setup("--timeout", "0"))
 }
 
 const fileLen = 1024000

@@ -38,7 +38,12 @@ func TestMain(m *testing.M) {
 // run runs shale and returns its exit code and output.
 func run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(shaleBin, args...)
+	return runCmd(t, exec.Command(shaleBin, args...))
+}
+
+// runCmd runs cmd and returns its exit code and output.
+func runCmd(t *testing.T, cmd *exec.Cmd) (int, string) {
+	t.Helper()
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -118,14 +123,8 @@ func TestUnreadableLower(t *testing.T) {
 	os.Mkdir(mnt, 0o777)
 	cmd := exec.Command(shaleBin, "mount", lower, mnt)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	wantOneLineError(t, code, string(out), "not readable")
+	code, out := runCmd(t, cmd)
+	wantOneLineError(t, code, out, "not readable")
 }
 
 // Without /dev/fuse (a private /dev in a mount namespace) mount says so.
@@ -136,14 +135,8 @@ func TestNoDevFuse(t *testing.T) {
 	cmd := exec.Command("unshare", "-m", "sh", "-c",
 		`mount --make-rprivate / && mount -t tmpfs none /dev && exec "$0" mount "$1" "$2"`,
 		shaleBin, filepath.Join(dir, "lower"), filepath.Join(dir, "mnt"))
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	wantOneLineError(t, code, string(out), "/dev/fuse")
+	code, out := runCmd(t, cmd)
+	wantOneLineError(t, code, out, "/dev/fuse")
 }
 
 func TestHelpExplainsFlags(t *testing.T) {
