@@ -236,3 +236,26 @@ func TestUmountBusy(t *testing.T) {
 		t.Errorf("umount after close: %s", out)
 	}
 }
+
+func TestBadStackFiles(t *testing.T) {
+	dir := t.TempDir()
+	lower := filepath.Join(dir, "lower")
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(lower, 0o755)
+	os.Mkdir(mnt, 0o755)
+	for _, c := range []struct{ toml, want string }{
+		{"lower = \"" + lower + "\"\n", "at least one [[view]]"},
+		{"lower = \"" + lower + "\"\ncolour = 1\n[[view]]\nlayer = 0\nmountpoint = \"" + mnt + "\"\n", "unknown key"},
+		{"lower = \"" + lower + "\"\n[[view]]\nlayer = 1\nmountpoint = \"" + mnt + "\"\n", "layer = 0"},
+		{"lower = \"" + lower + "\"\n[[layer]]\nname = \"nope\"\n[[view]]\nlayer = 1\nmountpoint = \"" + mnt + "\"\n", "unknown layer"},
+		{"lower = \"" + lower + "\"\n[[view]]\nlayer = 0\nmountpoint = \"" + lower + "/x\"\n", "does not exist"},
+		{"lower = [\n", "stack file"},
+	} {
+		f := filepath.Join(dir, "stack.toml")
+		os.WriteFile(f, []byte(c.toml), 0o644)
+		code, out := run(t, "mount", "--stack", f)
+		wantOneLineError(t, code, out, c.want)
+	}
+	code, out := run(t, "mount", "--stack", filepath.Join(dir, "missing.toml"))
+	wantOneLineError(t, code, out, "missing.toml")
+}
