@@ -109,15 +109,19 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 }
 
 // invalidateName drops the kernel's entry for the name that ev's lower
-// name has in this view, positive or negative. A name the layers cannot
-// translate (their own files) costs every cached entry of the directory.
+// name has in this view. A name the layers cannot translate (their own
+// files) costs every cached entry of the directory.
 func (v *view) invalidateName(dir *inode, lower string) {
 	name, ok := lower, true
 	if t, is := dir.node().(layer.NameTranslator); is {
 		name, ok = t.UpperName(context.Background(), lower)
 	}
 	if ok {
-		dir.NotifyEntry(name)
+		// Only names the kernel holds: it keeps no negative entries
+		// when a manager pushes changes.
+		if dir.GetChild(name) != nil {
+			dir.NotifyEntry(name)
+		}
 		return
 	}
 	for name := range dir.Children() {

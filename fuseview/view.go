@@ -91,11 +91,18 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
 	}
+	// With a manager, the kernel keeps no negative entries: a view then
+	// need not be told of names it never had (holder.go), which would cost
+	// a notification per name created through any other view.
+	negative := o.Timeout
+	if o.Coherence != nil {
+		negative = 0
+	}
 	fo := &fs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &o.Timeout,
 		AttrTimeout:     &o.Timeout,
-		NegativeTimeout: &o.Timeout,
+		NegativeTimeout: &negative,
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: tok.Ino, Gen: tok.Gen},
 	}
