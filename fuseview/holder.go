@@ -75,6 +75,10 @@ func (v *view) busy(tok layer.Token) func() {
 // Invalidate drops what the kernel caches about ev's file, before it
 // returns unless a request of this view is at work on the file (busy).
 func (v *view) Invalidate(ev layer.Event) {
+	if ev.Kind == layer.Everything {
+		go v.invalidateAll()
+		return
+	}
 	v.mu.Lock()
 	busy := v.inflight[ev.Token] > 0
 	v.mu.Unlock()
@@ -105,6 +109,26 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 	case layer.Entries:
 		in.NotifyContent(-1, 0) // the directory's size, times, links
 		v.invalidateName(in, ev.Name)
+	}
+}
+
+// invalidateAll drops every attribute, page and entry the kernel holds of
+// this view, when changes were lost.
+func (v *view) invalidateAll() {
+	v.mu.Lock()
+	var all []*inode
+	for _, ins := range v.byToken {
+		all = append(all, ins...)
+	}
+	v.mu.Unlock()
+	for _, in := range all {
+		if in.Forgotten() {
+			continue
+		}
+		in.NotifyContent(0, 0)
+		for name := range in.Children() {
+			in.NotifyEntry(name)
+		}
 	}
 }
 

@@ -193,7 +193,7 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return i.child(ctx, name, c, &a, out), i.v.newHandle(h, i.node().Token()), 0, 0
+	return i.child(ctx, name, c, &a, out), i.v.newHandle(h, c.Token()), 0, 0
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {

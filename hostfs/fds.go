@@ -24,17 +24,26 @@ type fdCache struct {
 	ring    []*node
 	hand    int
 	budget  int
-	mountFd int // an ordinary descriptor of the root, for open_by_handle_at
+	mountFd int  // an ordinary descriptor of the root, for open_by_handle_at
+	handles bool // open_by_handle_at works here (it needs CAP_DAC_READ_SEARCH)
 }
 
 func newFdCache(mountFd int) *fdCache {
+	// Half the descriptors for nodes; the rest for open files and
+	// everything else.
+	budget := 512
 	var l unix.Rlimit
-	budget := 1024
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) == nil && l.Cur > 2048 {
-		// Half for nodes; the rest for open files and everything else.
-		budget = int(min(l.Cur/2, 1<<20))
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) == nil {
+		budget = int(max(min(l.Cur/2, 1<<20), 64))
 	}
-	return &fdCache{budget: budget, mountFd: mountFd}
+	c := &fdCache{budget: budget, mountFd: mountFd}
+	if fh, _, err := unix.NameToHandleAt(mountFd, "", unix.AT_EMPTY_PATH); err == nil {
+		if fd, err := unix.OpenByHandleAt(mountFd, fh, unix.O_PATH|unix.O_CLOEXEC); err == nil {
+			unix.Close(fd)
+			c.handles = true
+		}
+	}
+	return c
 }
 
 // use returns the node's descriptor, reopening it if it was traded for a
@@ -75,10 +84,16 @@ func (n *node) done() {
 func (c *fdCache) add(n *node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n.mu.Lock()
+	gone := n.fd < 0 || n.slot >= 0 // forgotten meanwhile, or already in
+	n.mu.Unlock()
+	if gone {
+		return
+	}
 	n.slot = len(c.ring)
 	c.ring = append(c.ring, n)
 	// Two sweeps clear every reference bit; nodes in use are skipped.
-	for tries := 2 * len(c.ring); len(c.ring) > c.budget && tries > 0; tries-- {
+	for tries := 2 * len(c.ring); c.handles && len(c.ring) > c.budget && tries > 0; tries-- {
 		c.hand %= len(c.ring)
 		v := c.ring[c.hand]
 		if v != n && v.mu.TryLock() {
@@ -110,7 +125,7 @@ func (c *fdCache) remove(n *node) {
 
 // evict trades the descriptor for a handle; n.mu is held.
 func (n *node) evict() bool {
-	if n.pinned {
+	if n.pinned || !n.fs.fds.handles {
 		return false
 	}
 	if n.fh == nil {

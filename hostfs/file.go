@@ -51,6 +51,11 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 // errors on close (NFS, FUSE) reports them to the closing process.
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
 	f.fs.locks.Release(f.tok, owner, false)
+	// Its locks are gone: Release must not drop ones it takes later
+	// through another open file.
+	f.mu.Lock()
+	f.owners = slices.DeleteFunc(f.owners, func(o lockOwner) bool { return o == lockOwner{owner, false} })
+	f.mu.Unlock()
 	fd, err := unix.Dup(f.fd)
 	if err != nil {
 		return errno(err)

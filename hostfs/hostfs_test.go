@@ -3,6 +3,7 @@ package hostfs
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -282,5 +283,53 @@ func TestDescriptorBudget(t *testing.T) {
 	}
 	if k := len(fs.fds.ring); k > 8 {
 		t.Errorf("%d descriptors held after use, budget 8", k)
+	}
+}
+
+// A process's POSIX lock taken through a second open file survives the
+// release of the first, whose descriptor it had closed (FLUSH) before.
+func TestReleaseKeepsLaterLocks(t *testing.T) {
+	_, root := newFS(t)
+	var a layer.Attr
+	f, h0, e := root.Create(ctx, "f", syscall.O_RDWR, 0o644, &a)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer f.Forget()
+	h0.Release(ctx)
+	const p, q = 1, 2
+	wr := func() *layer.Lock { return &layer.Lock{End: math.MaxInt64, Type: syscall.F_WRLCK} }
+	h1, _ := f.Open(ctx, syscall.O_RDWR)
+	if e := h1.Setlk(ctx, p, wr(), false); e != 0 {
+		t.Fatal(e)
+	}
+	h1.Flush(ctx, p) // p closes its descriptor; a child keeps h1 open
+	h2, _ := f.Open(ctx, syscall.O_RDWR)
+	defer h2.Release(ctx)
+	if e := h2.Setlk(ctx, p, wr(), false); e != 0 {
+		t.Fatal(e)
+	}
+	h1.Release(ctx) // the child's last close
+	if e := h2.Setlk(ctx, q, wr(), false); e != syscall.EAGAIN {
+		t.Fatalf("another owner's lock while p holds one: %v, want EAGAIN", e)
+	}
+}
+
+// Without file handles (not root), nodes keep their descriptors.
+func TestNoHandlesNoEviction(t *testing.T) {
+	dir, root := newFS(t)
+	fs := root.(*node).fs
+	fs.fds.budget, fs.fds.handles = 4, false
+	var nodes []layer.Node
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("f%d", i)
+		os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+		nodes = append(nodes, lookup(t, root, name))
+	}
+	var a layer.Attr
+	for _, n := range nodes {
+		if e := n.Getattr(ctx, nil, &a); e != 0 {
+			t.Fatalf("Getattr: %v", e)
+		}
 	}
 }

@@ -53,7 +53,9 @@ func (fs *FS) watch(f *os.File) {
 			}
 			mask := binary.NativeEndian.Uint64(b[8:])
 			pid := int32(binary.NativeEndian.Uint32(b[20:]))
-			if pid != self {
+			if mask&unix.FAN_Q_OVERFLOW != 0 {
+				fs.events.Raise(layer.Event{Kind: layer.Everything})
+			} else if pid != self {
 				fs.noticed(mask, b[metaLen:evLen])
 			}
 			b = b[evLen:]

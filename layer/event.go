@@ -25,9 +25,10 @@ type Event struct {
 type EventKind uint8
 
 const (
-	Attrs   EventKind = iota // attributes (mode, owner, times, links, xattrs)
-	Data                     // contents, and so size and times
-	Entries                  // a name in a directory was added, removed or replaced
+	Attrs      EventKind = iota // attributes (mode, owner, times, links, xattrs)
+	Data                        // contents, and so size and times
+	Entries                     // a name in a directory was added, removed or replaced
+	Everything                  // unknown changes anywhere (events were lost): drop all
 )
 
 // Events fans events out to subscribers. The zero value is ready.

@@ -82,6 +82,11 @@ func (t *Table) Set(ctx context.Context, tok layer.Token, owner uint64, lk *laye
 		f = &file{changed: make(chan struct{})}
 		t.files[tok] = f
 	}
+	if lk.Flock && lk.Type != syscall.F_UNLCK {
+		// As in Linux, converting a flock lock first drops the old one,
+		// so two holders upgrading at once do not wait for each other.
+		f.replace(owner, &layer.Lock{End: math.MaxUint64, Type: syscall.F_UNLCK, Flock: true})
+	}
 	if lk.Type != syscall.F_UNLCK {
 		for {
 			h := f.conflict(owner, lk)

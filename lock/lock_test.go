@@ -82,3 +82,25 @@ func TestWaitAndDeadlock(t *testing.T) {
 		t.Fatalf("interrupted waiter: got %v, want EINTR", e)
 	}
 }
+
+// Two holders of a shared flock upgrading at once: as in Linux, the old
+// lock goes first, so one of them gets through.
+func TestFlockUpgrades(t *testing.T) {
+	var tb Table
+	fl := func(typ uint32) *layer.Lock {
+		return &layer.Lock{End: math.MaxUint64, Type: typ, Flock: true}
+	}
+	bg := context.Background()
+	tb.Set(bg, tok, 1, fl(syscall.F_RDLCK), false)
+	tb.Set(bg, tok, 2, fl(syscall.F_RDLCK), false)
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	res := make(chan layer.Errno, 2)
+	go func() { res <- tb.Set(ctx, tok, 1, fl(syscall.F_WRLCK), true) }()
+	go func() { res <- tb.Set(ctx, tok, 2, fl(syscall.F_WRLCK), true) }()
+	if a := <-res; a != 0 {
+		t.Fatalf("first upgrade to finish: %v, want success", a)
+	}
+	cancel()
+	<-res
+}

@@ -261,6 +261,16 @@ func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uin
 
 // truncate sets the size to size, through h if given.
 func (n *node) truncate(ctx context.Context, h layer.Handle, size uint64) layer.Errno {
+	return n.resize(ctx, h, size, false)
+}
+
+// grow extends the file to size if it is shorter, deciding under the data
+// lock, so that a write that extends it meanwhile is not cut back.
+func (n *node) grow(ctx context.Context, h layer.Handle, size uint64) layer.Errno {
+	return n.resize(ctx, h, size, true)
+}
+
+func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly bool) layer.Errno {
 	lh := lowerHandle(h)
 	if lh == nil {
 		var e layer.Errno
@@ -277,6 +287,9 @@ func (n *node) truncate(ctx context.Context, h layer.Handle, size uint64) layer.
 		return e
 	}
 	old := fs.plainSize(ll)
+	if growOnly && size <= old {
+		return 0
+	}
 	set := func(l uint64) layer.Errno {
 		var a layer.Attr
 		return n.lower.Setattr(ctx, lh, &layer.SetAttr{Valid: layer.SetSize, Size: l}, &a)
@@ -350,14 +363,7 @@ func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer
 	if mode&keepSize != 0 {
 		return 0
 	}
-	ll, e := f.n.lowerLen(ctx, f.lower)
-	if e != 0 {
-		return e
-	}
-	if fs.plainSize(ll) < end {
-		return f.n.truncate(ctx, f, end)
-	}
-	return 0
+	return f.n.grow(ctx, f, end)
 }
 
 // Lseek passes through where offsets mean the same above and below.

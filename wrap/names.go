@@ -259,6 +259,19 @@ func (n *node) removeSidecar(ctx context.Context, lname string) {
 	}
 }
 
+// dropSidecar removes the sidecar of lname if no file has that name.
+func (n *node) dropSidecar(ctx context.Context, lname string) {
+	if !n.fs.isLong(lname) {
+		return
+	}
+	var a layer.Attr
+	if c, e := n.lower.Lookup(ctx, lname, &a); e == 0 {
+		c.Forget()
+		return
+	}
+	n.removeSidecar(ctx, lname)
+}
+
 // OpenDir lists the lower directory with names decoded.
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	d, e := n.lower.OpenDir(ctx)

@@ -292,7 +292,7 @@ func (n *node) makeNamed(ctx context.Context, name string, out *layer.Attr, mk f
 	}
 	c, e := mk(lname)
 	if e != 0 {
-		n.removeSidecar(ctx, lname)
+		n.dropSidecar(ctx, lname) // unless the name's file exists (EEXIST)
 		return nil, e
 	}
 	return n.child(ctx, c, out), 0
@@ -354,9 +354,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e != 0 {
 		return e
 	}
-	if from != to || n != d {
-		n.removeSidecar(ctx, from)
-	}
+	// Renaming a link onto another link of the same file leaves both.
+	n.dropSidecar(ctx, from)
 	return 0
 }
 

@@ -290,3 +290,52 @@ func TestDamageIsEIO(t *testing.T) {
 	}
 	n.Forget()
 }
+
+// A failed create of an existing long name, and a rename of a link onto
+// another link of the same file, must leave every name listed.
+func TestLongNamesSurviveNoOps(t *testing.T) {
+	_, root := stack(t, toy{})
+	count := func() int {
+		ds, e := root.OpenDir(ctx)
+		if e != 0 {
+			t.Fatal(e)
+		}
+		defer ds.Close()
+		n := 0
+		for {
+			ent, ok, _ := ds.Next(ctx)
+			if !ok {
+				return n
+			}
+			if ent.Name != "." && ent.Name != ".." {
+				n++
+			}
+		}
+	}
+	a, b := strings.Repeat("a", 200), strings.Repeat("b", 200)
+	var at layer.Attr
+	c, h, e := root.Create(ctx, a, syscall.O_RDWR|syscall.O_EXCL, 0o644, &at)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	h.Release(ctx)
+	if _, _, e := root.Create(ctx, a, syscall.O_RDWR|syscall.O_EXCL, 0o644, &at); e != syscall.EEXIST {
+		t.Fatalf("second exclusive create: %v", e)
+	}
+	if _, e := root.Mkdir(ctx, a, 0o755, &at); e != syscall.EEXIST {
+		t.Fatalf("mkdir over it: %v", e)
+	}
+	if k := count(); k != 1 {
+		t.Fatalf("%d names after failed creates, want 1", k)
+	}
+	if _, e := root.Link(ctx, c, b, &at); e != 0 {
+		t.Fatal(e)
+	}
+	if e := root.Rename(ctx, a, root, b, 0); e != 0 {
+		t.Fatal(e)
+	}
+	if k := count(); k != 2 {
+		t.Fatalf("%d names after renaming a link onto its twin, want 2", k)
+	}
+	c.Forget()
+}
