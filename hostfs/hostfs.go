@@ -278,10 +278,7 @@ func (fs *FS) adopt(fd int, out *layer.Attr) (*node, layer.Errno) {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	if e := validName(name); e != 0 {
-		return nil, e
-	}
-	fd, e := n.use()
+	fd, e := n.useDir(name)
 	if e != 0 {
 		return nil, e
 	}
@@ -325,10 +322,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 
 // make runs mk as the caller and returns the node it made.
 func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(dirfd int) error) (layer.Node, layer.Errno) {
-	if e := validName(name); e != 0 {
-		return nil, e
-	}
-	fd, e := n.use()
+	fd, e := n.useDir(name)
 	if e != 0 {
 		return nil, e
 	}
@@ -345,10 +339,7 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(d
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
-	if e := validName(name); e != 0 {
-		return nil, nil, e
-	}
-	dirfd, e := n.use()
+	dirfd, e := n.useDir(name)
 	if e != 0 {
 		return nil, nil, e
 	}
@@ -387,10 +378,7 @@ func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
 
 // remove unlinks name with unlinkat's flags.
 func (n *node) remove(ctx context.Context, name string, flags int) layer.Errno {
-	if e := validName(name); e != 0 {
-		return e
-	}
-	fd, e := n.use()
+	fd, e := n.useDir(name)
 	if e != 0 {
 		return e
 	}
@@ -410,18 +398,12 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if !ok {
 		return syscall.EXDEV
 	}
-	if e := validName(name); e != 0 {
-		return e
-	}
-	if e := validName(newName); e != 0 {
-		return e
-	}
-	fd, e := n.use()
+	fd, e := n.useDir(name)
 	if e != 0 {
 		return e
 	}
 	defer n.done()
-	dfd, e := d.use()
+	dfd, e := d.useDir(newName)
 	if e != 0 {
 		return e
 	}
@@ -490,6 +472,15 @@ func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
 		Bsize: uint32(st.Bsize), Frsize: uint32(st.Frsize), NameLen: uint32(st.Namelen),
 	}
 	return 0
+}
+
+// useDir checks that name is a single component and returns the node's
+// descriptor to act on it; done must follow.
+func (n *node) useDir(name string) (int, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return -1, e
+	}
+	return n.use()
 }
 
 // withPath runs fn on the /proc path of the node's descriptor.
