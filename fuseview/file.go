@@ -60,7 +60,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	return h.h.Flush(h.v.caller(ctx), h.v.raw.flushOwner(ctx))
+	return h.h.Flush(h.v.caller(ctx), h.v.raw.noted(ctx))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

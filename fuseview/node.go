@@ -50,11 +50,22 @@ func (i *inode) OnForget() {
 
 // caller attaches the FUSE request's caller and this view to ctx for the
 // layers below.
-func (v *view) caller(ctx context.Context) context.Context {
-	if fc, ok := ctx.(*fuse.Context); ok {
-		return layer.WithCaller(ctx, layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid, View: v.id})
+func (v *view) caller(ctx context.Context) context.Context { return v.attach(ctx, false) }
+
+// creator is caller for CREATE, MKDIR and MKNOD: it adds the umask the
+// kernel sent (rawFS), which the bottom of the stack applies.
+func (v *view) creator(ctx context.Context) context.Context { return v.attach(ctx, true) }
+
+func (v *view) attach(ctx context.Context, umask bool) context.Context {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return ctx
 	}
-	return ctx
+	c := layer.Caller{Uid: fc.Caller.Uid, Gid: fc.Caller.Gid, Pid: fc.Caller.Pid, View: v.id}
+	if umask {
+		c.Umask = uint32(v.raw.noted(ctx))
+	}
+	return layer.WithCaller(ctx, c)
 }
 
 func fillAttr(a *layer.Attr, tok layer.Token, out *fuse.Attr) {
@@ -145,7 +156,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
-	c, e := i.node().Mkdir(i.v.caller(ctx), name, mode, &a)
+	c, e := i.node().Mkdir(i.v.creator(ctx), name, mode, &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -155,7 +166,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
-	c, e := i.node().Mknod(i.v.caller(ctx), name, mode, uint64(dev), &a)
+	c, e := i.node().Mknod(i.v.creator(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
 		return nil, e
 	}
@@ -189,7 +200,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	defer i.v.busy(i.node().Token())()
 	var a layer.Attr
-	c, h, e := i.node().Create(i.v.caller(ctx), name, flags, mode, &a)
+	c, h, e := i.node().Create(i.v.creator(ctx), name, flags, mode, &a)
 	if e != 0 {
 		return nil, nil, 0, e
 	}

@@ -90,6 +90,13 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	}
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")
+		// With POSIX ACLs the kernel checks the lower file system's ACLs
+		// too, and leaves the umask to us (DONT_MASK): hostfs applies it,
+		// or the directory's default ACL, as the lower file system would.
+		// Without, the kernel masks every new mode with the umask before
+		// we see it, which a default ACL on LOWER would have replaced.
+		mo.EnableAcl = true
+		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
 	// With a manager, the kernel keeps no negative entries: a view then
 	// need not be told of names it never had (holder.go), which would cost

@@ -37,3 +37,18 @@ func (fs *FS) asCaller(ctx context.Context, fn func() error) error {
 	}()
 	return fn()
 }
+
+// newMode is the mode to create name's object with in the directory dirfd:
+// the caller's mode masked by its umask, unless the directory has a default
+// ACL, which the lower file system then applies instead, as it would for a
+// local program. The process's own umask is 0 (New), so nothing masks twice.
+func newMode(ctx context.Context, dirfd int, mode uint32) uint32 {
+	c, _ := layer.CallerOf(ctx)
+	if c.Umask&0o7777 == 0 {
+		return mode
+	}
+	if _, err := unix.Getxattr(procPath(dirfd), "system.posix_acl_default", nil); err == nil {
+		return mode
+	}
+	return mode &^ (c.Umask & 0o777)
+}

@@ -80,8 +80,12 @@ func (fs *FS) raiseGone(ctx context.Context, dirfd int, name string) {
 	}
 }
 
-// New opens dir and returns its root node.
+// New opens dir and returns its root node. It clears the process's umask:
+// callers' umasks are applied per request (newMode).
 func New(dir string) (layer.Node, error) {
+	// Callers' modes arrive unmasked with their umask beside (newMode);
+	// the process's own umask would mask them a second time.
+	unix.Umask(0)
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
@@ -291,11 +295,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mkdirat(dirfd, name, mode) })
+	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mkdirat(dirfd, name, newMode(ctx, dirfd, mode)) })
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mknodat(dirfd, name, mode, int(dev)) })
+	return n.make(ctx, name, out, func(dirfd int) error { return unix.Mknodat(dirfd, name, newMode(ctx, dirfd, mode), int(dev)) })
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
@@ -346,7 +350,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	defer n.done()
 	var fd int
 	err := n.fs.asCaller(ctx, func() (err error) {
-		fd, err = unix.Openat(dirfd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		fd, err = unix.Openat(dirfd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, newMode(ctx, dirfd, mode))
 		return err
 	})
 	if err != nil {

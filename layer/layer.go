@@ -49,8 +49,10 @@ type Node interface {
 	// Lookup finds the child name (one path component, never "." or "..").
 	Lookup(ctx context.Context, name string, out *Attr) (Node, Errno)
 	// Mkdir, Mknod, Symlink and Create make a new child owned by the
-	// caller; mode holds the permission bits (already masked by umask) and,
-	// for Mknod, the file type.
+	// caller; mode holds the permission bits the caller asked for and, for
+	// Mknod, the file type. The bottom of the stack masks them with the
+	// caller's umask (Caller.Umask) unless the directory has a default ACL,
+	// exactly as the lower file system does for a local program.
 	Mkdir(ctx context.Context, name string, mode uint32, out *Attr) (Node, Errno)
 	Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *Attr) (Node, Errno)
 	Symlink(ctx context.Context, target []byte, name string, out *Attr) (Node, Errno)

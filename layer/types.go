@@ -100,6 +100,10 @@ type Caller struct {
 	Uid, Gid uint32
 	Pid      uint32
 	View     uint32 // the frontend's view, for Event.View; 0 for none
+	// Umask is the caller's umask, for Create, Mkdir and Mknod: the
+	// bottom of the stack applies it, or the directory's default ACL, as
+	// the lower file system would for a local program.
+	Umask uint32
 }
 
 type callerKey struct{}

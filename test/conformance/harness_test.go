@@ -240,8 +240,12 @@ var (
 	caseSeq    = map[string]int{}      // runs per case and file system
 )
 
+// umasks are those every case runs under: the kernel and shale each have
+// a part in masking new modes, and a umask that hides a bit hides its bugs.
+var umasks = []int{0o022, 0o002, 0}
+
 // TestConformance runs each case natively, then on every shale stack, and
-// compares.
+// compares; all of it under each umask.
 func TestConformance(t *testing.T) {
 	requireSuite(t)
 	names := map[string]bool{}
@@ -251,6 +255,16 @@ func TestConformance(t *testing.T) {
 		}
 		names[c.name] = true
 	}
+	defer unix.Umask(unix.Umask(0))
+	for _, u := range umasks {
+		t.Run(fmt.Sprintf("umask%04o", u), func(t *testing.T) {
+			unix.Umask(u)
+			runCases(t)
+		})
+	}
+}
+
+func runCases(t *testing.T) {
 	for _, c := range cases {
 		t.Run("native/"+c.name, func(t *testing.T) {
 			e := newEnv(t, c, "native", suite.native)

@@ -219,6 +219,11 @@ func helperStep(s []string, fds map[string]int, stdin *bufio.Reader) (string, er
 		return "", unix.Close(fd)
 	case "mkdir":
 		return "", unix.Mkdir(s[1], uint32(num(s[2])))
+	case "mkfifo":
+		return "", unix.Mkfifo(s[1], uint32(num(s[2])))
+	case "umask": // umask MASK : for the steps after it
+		unix.Umask(int(num(s[1])))
+		return "", nil
 	case "unlink":
 		return "", unix.Unlink(s[1])
 	case "rmdir":
