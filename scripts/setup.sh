@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 
 # fuse3: fusermount3 for unprivileged users; fio, stress-ng: stress tests and
-# benchmarks; bindfs, gocryptfs: benchmark peers; attr: getfattr/setfattr.
-pkgs=(fuse3 fio stress-ng bindfs gocryptfs attr)
+# benchmarks; bindfs, gocryptfs: benchmark peers; attr: getfattr/setfattr;
+# sqlite3: two WAL writers in two views (test/coherence).
+pkgs=(fuse3 fio stress-ng bindfs gocryptfs attr sqlite3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

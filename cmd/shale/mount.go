@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -70,7 +69,9 @@ kept coherent (docs/coherence.md):
 ` + layerHelp() + `
 It returns once the mount is ready and keeps serving in the background; with -f
 it stays in the foreground (for systemd). End it with "shale umount MOUNTPOINT",
-plain umount, or SIGTERM/SIGINT to the serving process.
+plain umount, or SIGTERM/SIGINT to the serving process. With --stack each view
+is unmounted on its own, and the process ends with the last; views of one layer
+share one mount (bind mounts), so shared mappings are coherent between them.
 
 As root the mount is open to every user (allow_other), and the kernel checks
 each user's permissions against those of LOWER (default_permissions). File data
@@ -263,7 +264,7 @@ func serve(f *mountFlags, p *plan) error {
 		return report(ready, err)
 	}
 	raiseFileLimit()
-	servers, err := p.mount(f)
+	mounts, err := p.mount(f)
 	if err != nil {
 		return report(ready, err)
 	}
@@ -288,26 +289,24 @@ func serve(f *mountFlags, p *plan) error {
 		pprof.StartCPUProfile(pf)
 		defer pprof.StopCPUProfile()
 	}
-	// The views end together: on a signal, or when any one is unmounted.
-	end := make(chan string, len(servers)+1)
+	// Each view ends when it is unmounted (refused while busy, as for any
+	// mount), and the process when the last has gone; a signal ends all.
+	done := make(chan struct{})
 	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		end <- "signal " + (<-sig).String()
+		for _, m := range mounts {
+			m.server.Wait()
+		}
+		close(done)
 	}()
-	for i, s := range servers {
-		go func() {
-			s.Wait()
-			end <- "unmount of " + p.views[i].mnt
-		}()
-	}
-	logger.Info("ending", "why", <-end)
-	for i, s := range servers {
-		unmount(s, p.views[i].mnt, logger)
-	}
-	for i, s := range servers {
-		s.Wait()
-		logger.Info("unmounted", "mountpoint", p.views[i].mnt)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-done:
+		logger.Info("ending", "why", "every view was unmounted")
+	case s := <-sig:
+		logger.Info("ending", "why", "signal "+s.String())
+		unmountAll(mounts, logger)
+		<-done
 	}
 	return nil
 }
@@ -340,17 +339,30 @@ func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, nil)), nil
 }
 
-// unmount ends a view. If files are still open the mount is detached: new
-// accesses fail, open files keep working, and its server ends when the
-// last of them is closed.
-func unmount(server *fuse.Server, mnt string, logger *slog.Logger) {
-	if _, _, ok := mountedAt(mnt); !ok {
-		return
-	}
-	if err := server.Unmount(); err != nil {
-		logger.Warn("mount busy; detaching it", "mountpoint", mnt, "err", err)
-		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-			logger.Error("detach failed", "mountpoint", mnt, "err", err)
+// unmountAll ends every view. A busy one is detached: new accesses fail,
+// open files keep working, and its server ends when the last of them is
+// closed.
+func unmountAll(mounts []*mounted, logger *slog.Logger) {
+	for _, m := range mounts {
+		// Bind mounts first: the server's own unmount is of its first
+		// mountpoint, and needs root for the others anyway.
+		for i := len(m.mnts) - 1; i >= 0; i-- {
+			mnt := m.mnts[i]
+			if _, _, ok := mountedAt(mnt); !ok {
+				continue
+			}
+			var err error
+			if i == 0 {
+				err = m.server.Unmount()
+			} else {
+				err = unix.Unmount(mnt, 0)
+			}
+			if err != nil {
+				logger.Warn("mount busy; detaching it", "mountpoint", mnt, "err", err)
+				if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+					logger.Error("detach failed", "mountpoint", mnt, "err", err)
+				}
+			}
 		}
 	}
 }

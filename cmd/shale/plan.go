@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/fuseview"
@@ -160,7 +163,7 @@ func (p *plan) receiveSecrets(r io.ReadCloser) error {
 }
 
 // mount builds the stack and mounts its views.
-func (p *plan) mount(f *mountFlags) ([]*fuse.Server, error) {
+func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 	ctx := context.Background()
 	host, err := hostfs.New(p.lower)
 	if err != nil {
@@ -199,16 +202,38 @@ func (p *plan) mount(f *mountFlags) ([]*fuse.Server, error) {
 			opts.Timeout = time.Hour
 		}
 	}
-	var servers []*fuse.Server
+	var mounts []*mounted
+	byLayer := map[int]*mounted{}
 	for _, v := range p.views {
+		if m := byLayer[v.layer]; m != nil && os.Geteuid() == 0 {
+			// Another view of a layer already mounted: a bind mount of
+			// it, so both show one set of inodes, and the kernel keeps
+			// one page cache for them. Stores through a shared mapping
+			// in one are then seen in the other at once (SQLite's WAL
+			// index), which no invalidation could give.
+			if err := unix.Mount(m.mnts[0], v.mnt, "", unix.MS_BIND, ""); err != nil {
+				unmountAll(mounts, slog.New(slog.DiscardHandler))
+				return nil, fmt.Errorf("mounting %s (layer %d) at %s: bind mount of %s: %v", p.lower, v.layer, v.mnt, m.mnts[0], err)
+			}
+			m.mnts = append(m.mnts, v.mnt)
+			continue
+		}
 		s, err := fuseview.Mount(v.mnt, nodes[v.layer], opts)
 		if err != nil {
-			for _, s := range servers {
-				s.Unmount()
-			}
+			unmountAll(mounts, slog.New(slog.DiscardHandler))
 			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.lower, v.layer, v.mnt, err)
 		}
-		servers = append(servers, s)
+		m := &mounted{server: s, mnts: []string{v.mnt}}
+		byLayer[v.layer] = m
+		mounts = append(mounts, m)
 	}
-	return servers, nil
+	return mounts, nil
+}
+
+// mounted is one FUSE mount of a layer and the mountpoints that show it:
+// its first view and bind mounts of it. The server ends when the last of
+// them is unmounted.
+type mounted struct {
+	server *fuse.Server
+	mnts   []string
 }

@@ -53,62 +53,51 @@ type views struct {
 
 func mountStack(t *testing.T, coherence string) views {
 	t.Helper()
+	lower, m := mountViews(t, coherence, 0, 1, 2)
+	return views{lower: lower, raw: m[0], enc: m[1], r13: m[2]}
+}
+
+// mountViews mounts, with `shale mount --stack`, crypt over a new lower
+// directory and rot13 over crypt, with a view of each of layers (0: the
+// lower directory, 1: crypt, 2: rot13), and returns the lower directory
+// and the views' mountpoints.
+func mountViews(t *testing.T, coherence string, layers ...int) (string, []string) {
+	t.Helper()
 	base := t.TempDir()
-	v := views{
-		lower: filepath.Join(base, "lower"),
-		raw:   filepath.Join(base, "raw"),
-		enc:   filepath.Join(base, "enc"),
-		r13:   filepath.Join(base, "r13"),
-	}
-	for _, d := range []string{v.lower, v.raw, v.enc, v.r13} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	lower := filepath.Join(base, "lower")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	pass := filepath.Join(base, "pass")
 	os.WriteFile(pass, []byte("coherence\n"), 0o600)
-	if out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", v.lower).CombinedOutput(); err != nil {
+	if out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput(); err != nil {
 		t.Fatalf("shale init: %v: %s", err, out)
 	}
+	toml := fmt.Sprintf("lower = %q\n[[layer]]\nname = \"crypt\"\npassfile = %q\n[[layer]]\nname = \"rot13\"\n", lower, pass)
+	var mnts []string
+	for i, l := range layers {
+		m := filepath.Join(base, fmt.Sprintf("view%d-layer%d", i, l))
+		if err := os.Mkdir(m, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mnts = append(mnts, m)
+		toml += fmt.Sprintf("[[view]]\nlayer = %d\nmountpoint = %q\n", l, m)
+	}
 	stack := filepath.Join(base, "stack.toml")
-	os.WriteFile(stack, []byte(fmt.Sprintf(`lower = %q
-[[layer]]
-name = "crypt"
-passfile = %q
-[[layer]]
-name = "rot13"
-[[view]]
-layer = 0
-mountpoint = %q
-[[view]]
-layer = 1
-mountpoint = %q
-[[view]]
-layer = 2
-mountpoint = %q
-`, v.lower, pass, v.raw, v.enc, v.r13)), 0o644)
+	os.WriteFile(stack, []byte(toml), 0o644)
 	if out, err := exec.Command(shaleBin, "mount", "--coherence="+coherence, "--stack", stack).CombinedOutput(); err != nil {
 		t.Fatalf("shale mount --stack: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command(shaleBin, "umount", v.enc).CombinedOutput(); err != nil {
-			t.Errorf("shale umount: %v: %s", err, out)
-			for _, m := range []string{v.raw, v.enc, v.r13} {
-				unix.Unmount(m, unix.MNT_DETACH)
-			}
-		}
-		// One umount ends every view of the stack.
-		for _, m := range []string{v.raw, v.r13} {
-			for i := 0; i < 50 && mounted(m); i++ {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if mounted(m) {
-				t.Errorf("%s still mounted after shale umount of another view", m)
+		// Each view is unmounted on its own, as any mount is.
+		for _, m := range mnts {
+			if out, err := exec.Command(shaleBin, "umount", m).CombinedOutput(); err != nil {
+				t.Errorf("shale umount: %v: %s", err, out)
 				unix.Unmount(m, unix.MNT_DETACH)
 			}
 		}
 	})
-	return v
+	return lower, mnts
 }
 
 func mounted(dir string) bool {
