@@ -12,9 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestMountedWithOrdinaryCommands mounts "shale mount --layer shard" and
-// uses a managed directory with chmod, ls, mv and stat, as a user would.
-func TestMountedWithOrdinaryCommands(t *testing.T) {
+// mountShard builds shale and mounts "shale mount --layer shard" over a
+// new lower directory, until the test ends.
+func mountShard(t *testing.T) (lower, mnt string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts FUSE file systems: run it as root")
 	}
@@ -30,30 +31,41 @@ func TestMountedWithOrdinaryCommands(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	lower, mnt := filepath.Join(base, "lower"), filepath.Join(base, "mnt")
+	lower, mnt = filepath.Join(base, "lower"), filepath.Join(base, "mnt")
 	for _, d := range []string{lower, mnt} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run := func(name string, args ...string) string {
-		t.Helper()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	run(bin, "mount", "--layer", "shard", lower, mnt)
+	run(t, bin, "mount", "--layer", "shard", lower, mnt)
 	t.Cleanup(func() {
 		if out, err := exec.Command(bin, "umount", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount: %v\n%s", err, out)
 			exec.Command("umount", "-l", mnt).Run()
 		}
 	})
+	return lower, mnt
+}
 
+// run runs a command and returns its output, failing the test if it fails.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestMountedWithOrdinaryCommands mounts "shale mount --layer shard" and
+// uses a managed directory with chmod, ls, mv and stat, as a user would.
+func TestMountedWithOrdinaryCommands(t *testing.T) {
+	lower, mnt := mountShard(t)
 	big := filepath.Join(mnt, "big")
-	run("mkdir", big)
+	run(t, "mkdir", big)
+	// The mode checked below, whatever the umask (in-process hostfs
+	// layers of other tests clear this process's).
+	run(t, "chmod", "755", big)
 	var want []string
 	for i := range 300 {
 		name := fmt.Sprintf("file%03d", i)
@@ -62,18 +74,18 @@ func TestMountedWithOrdinaryCommands(t *testing.T) {
 		}
 		want = append(want, name)
 	}
-	run("mkdir", filepath.Join(big, "sub"))
+	run(t, "mkdir", filepath.Join(big, "sub"))
 	want = append(want, "sub")
 	slices.Sort(want)
 	ls := func() []string {
-		return strings.Fields(run("ls", "-1", big))
+		return strings.Fields(run(t, "ls", "-1", big))
 	}
 
-	run("chmod", "u+s", big)
+	run(t, "chmod", "u+s", big)
 	if got := ls(); !slices.Equal(got, want) {
 		t.Fatalf("ls after chmod u+s: %d entries, want %d", len(got), len(want))
 	}
-	if got := run("stat", "-c", "%A %h", big); got != "drwsr-xr-x 3\n" {
+	if got := run(t, "stat", "-c", "%A %h", big); got != "drwsr-xr-x 3\n" {
 		t.Errorf("stat of the managed dir: %q", got)
 	}
 	top, _ := os.ReadDir(filepath.Join(lower, "big"))
@@ -87,9 +99,9 @@ func TestMountedWithOrdinaryCommands(t *testing.T) {
 	}
 
 	// mv out of, into and within the managed directory.
-	run("mv", filepath.Join(big, "file001"), mnt)
-	run("mv", filepath.Join(mnt, "file001"), filepath.Join(big, "renamed"))
-	run("mv", filepath.Join(big, "file002"), filepath.Join(big, "sub"))
+	run(t, "mv", filepath.Join(big, "file001"), mnt)
+	run(t, "mv", filepath.Join(mnt, "file001"), filepath.Join(big, "renamed"))
+	run(t, "mv", filepath.Join(big, "file002"), filepath.Join(big, "sub"))
 	want = slices.DeleteFunc(want, func(s string) bool { return s == "file001" || s == "file002" })
 	want = append(want, "renamed")
 	slices.Sort(want)
@@ -124,16 +136,16 @@ func TestMountedWithOrdinaryCommands(t *testing.T) {
 		}
 	}
 
-	run("chmod", "u-s", big)
-	if got := run("stat", "-c", "%A %h", big); got != "drwxr-xr-x 3\n" {
+	run(t, "chmod", "u-s", big)
+	if got := run(t, "stat", "-c", "%A %h", big); got != "drwxr-xr-x 3\n" {
 		t.Errorf("stat after chmod u-s: %q", got)
 	}
 	if got := ls(); len(got) != len(want)-100 {
 		t.Errorf("ls after chmod u-s: %d entries, want %d", len(got), len(want)-100)
 	}
 	// rm -r empties a managed directory, then removes it and its buckets.
-	run("chmod", "u+s", big)
-	run("rm", "-r", big)
+	run(t, "chmod", "u+s", big)
+	run(t, "rm", "-r", big)
 	if _, err := os.Stat(filepath.Join(lower, "big")); !os.IsNotExist(err) {
 		t.Errorf("lower big after rm -r: %v", err)
 	}

@@ -24,16 +24,29 @@ func newShard(t *testing.T, managed bool) (string, layer.Node) {
 			t.Fatal(err)
 		}
 	}
+	return dir, shardOver(t, hostfsOn(t, dir))
+}
+
+// hostfsOn opens directory dir as a hostfs layer.
+func hostfsOn(t *testing.T, dir string) layer.Node {
+	t.Helper()
 	lower, err := hostfs.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(lower.Forget)
+	return lower
+}
+
+// shardOver stacks a new shard layer over lower; over a tree shard has
+// used it reads the tree as after a restart.
+func shardOver(t *testing.T, lower layer.Node) layer.Node {
+	t.Helper()
 	root, err := New(ctx, lower)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir, root
+	return root
 }
 
 func must(t *testing.T, e layer.Errno, what string) {
@@ -207,16 +220,7 @@ func TestHalfConvertedReadsWhole(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, bucketName(b), "a"), filepath.Join(dir, "a")); err != nil {
 		t.Fatal(err)
 	}
-	// A fresh layer, as after a restart.
-	lower2, err := hostfs.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lower2.Forget)
-	root2, err := New(ctx, lower2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root2 := shardOver(t, hostfsOn(t, dir))
 	if got := list(t, root2); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("half-converted listing %v", got)
 	}
