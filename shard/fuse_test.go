@@ -1,12 +1,14 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -148,5 +150,91 @@ func TestMountedWithOrdinaryCommands(t *testing.T) {
 	run(t, "rm", "-r", big)
 	if _, err := os.Stat(filepath.Join(lower, "big")); !os.IsNotExist(err) {
 		t.Errorf("lower big after rm -r: %v", err)
+	}
+}
+
+// errnoOf is the errno an os or unix call failed with, 0 on success.
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if err == nil || !errors.As(err, &e) {
+		return 0
+	}
+	return e
+}
+
+// TestMountedLongNames makes every call that names a component longer
+// than NAME_MAX in a managed directory, an ordinary directory of the mount
+// and a directory of the host, and wants ENAMETOOLONG from all three, as
+// ext4 answers; and no bucket made for the name.
+func TestMountedLongNames(t *testing.T) {
+	lower, mnt := mountShard(t)
+	managed, ordinary, host := filepath.Join(mnt, "m"), filepath.Join(mnt, "o"), t.TempDir()
+	for _, d := range []string{managed, ordinary} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, "chmod", "u+s", managed)
+	for _, d := range []string{managed, ordinary, host} {
+		if err := os.WriteFile(filepath.Join(d, "f"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 64)
+	ts := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	calls := []struct {
+		what string
+		call func(d, p string) error // d the directory, p the long path
+	}{
+		{"stat", func(d, p string) error { _, err := os.Lstat(p); return err }},
+		{"stat beneath", func(d, p string) error { _, err := os.Lstat(filepath.Join(p, "x")); return err }},
+		{"access", func(d, p string) error { return unix.Faccessat(unix.AT_FDCWD, p, unix.F_OK, unix.AT_SYMLINK_NOFOLLOW) }},
+		{"open", func(d, p string) error { _, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0); return err }},
+		{"create", func(d, p string) error {
+			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}},
+		{"mkdir", func(d, p string) error { return unix.Mkdir(p, 0o755) }},
+		{"mknod", func(d, p string) error { return unix.Mknod(p, unix.S_IFIFO|0o644, 0) }},
+		{"symlink", func(d, p string) error { return unix.Symlink("t", p) }},
+		{"readlink", func(d, p string) error { _, err := unix.Readlink(p, buf); return err }},
+		{"chmod", func(d, p string) error { return unix.Chmod(p, 0o600) }},
+		{"chown", func(d, p string) error { return unix.Lchown(p, 0, 0) }},
+		{"truncate", func(d, p string) error { return unix.Truncate(p, 0) }},
+		{"utimes", func(d, p string) error { return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW) }},
+		{"link from", func(d, p string) error { return unix.Link(p, filepath.Join(d, "g")) }},
+		{"link to", func(d, p string) error { return unix.Link(filepath.Join(d, "f"), p) }},
+		{"rename from", func(d, p string) error { return unix.Rename(p, filepath.Join(d, "g")) }},
+		{"rename to", func(d, p string) error { return unix.Rename(filepath.Join(d, "f"), p) }},
+		{"rmdir", func(d, p string) error { return unix.Rmdir(p) }},
+		{"unlink", func(d, p string) error { return unix.Unlink(p) }},
+		{"getxattr", func(d, p string) error { _, err := unix.Lgetxattr(p, "user.x", buf); return err }},
+		{"setxattr", func(d, p string) error { return unix.Lsetxattr(p, "user.x", []byte("v"), 0) }},
+		{"listxattr", func(d, p string) error { _, err := unix.Llistxattr(p, buf); return err }},
+		{"removexattr", func(d, p string) error { return unix.Lremovexattr(p, "user.x") }},
+	}
+	// 256 bytes reach shale; the kernel itself refuses more than 1024.
+	// Each call has a name of its own, so that none finds a bucket that
+	// another made.
+	for _, n := range []int{256, 1000} {
+		for i, c := range calls {
+			long := fmt.Sprintf("%02d", i) + strings.Repeat("n", n-2)
+			want := errnoOf(c.call(host, filepath.Join(host, long)))
+			if want != syscall.ENAMETOOLONG {
+				t.Fatalf("%s of %d bytes on the host: %v, want ENAMETOOLONG", c.what, n, want)
+			}
+			for _, d := range []string{managed, ordinary} {
+				if e := errnoOf(c.call(d, filepath.Join(d, long))); e != want {
+					t.Errorf("%s of %d bytes in %s: %v, want %v", c.what, n, filepath.Base(d), e, want)
+				}
+			}
+			b, _ := place(long)
+			if _, err := os.Lstat(filepath.Join(lower, "m", bucketName(b))); !os.IsNotExist(err) {
+				t.Errorf("%s of %d bytes made a bucket: %v", c.what, n, err)
+			}
+		}
 	}
 }

@@ -102,11 +102,14 @@ func (n *node) creating(ctx context.Context, st *dirState, name string) (layer.N
 	if !st.managed {
 		return n.lower, 0, 0
 	}
+	b, e := where(name)
+	if e != 0 {
+		return nil, 0, e
+	}
 	if st.strays.Load() {
 		// A stray of the same name may exist beside the buckets.
 		return nil, 0, st.blockedErr()
 	}
-	b, _ := place(name)
 	d, e := n.bucket(ctx, st, b, true)
 	return d, b, e
 }
@@ -117,7 +120,10 @@ func (n *node) existing(ctx context.Context, st *dirState, name string, op func(
 	if !st.managed {
 		return 0, op(n.lower)
 	}
-	b, _ := place(name)
+	b, e := where(name)
+	if e != 0 {
+		return 0, e
+	}
 	d, e := n.bucket(ctx, st, b, false)
 	if e == 0 {
 		e = op(d)
@@ -128,6 +134,20 @@ func (n *node) existing(ctx context.Context, st *dirState, name string, op func(
 		}
 	}
 	return b, e
+}
+
+// nameMax is NAME_MAX: the longest entry name the layers below take.
+const nameMax = 255
+
+// where gives the bucket of name in a managed directory. It refuses a
+// name too long for any entry as the file system below would: a name's
+// bucket often does not exist, and its lookup would answer ENOENT.
+func where(name string) (int, layer.Errno) {
+	if len(name) > nameMax {
+		return 0, syscall.ENAMETOOLONG
+	}
+	b, _ := place(name)
+	return b, 0
 }
 
 // changed records a change of the entries of managed directory n, in

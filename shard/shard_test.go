@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -271,5 +272,69 @@ func TestRemoveEmptyManaged(t *testing.T) {
 	must(t, root.Rename(ctx, "d", root, "m2", 0), "rename over an empty managed dir")
 	if got := list(t, root); !slices.Equal(got, []string{"m2"}) {
 		t.Fatalf("listing %v", got)
+	}
+}
+
+// longNameCall is one of the layer's calls that name an entry.
+type longNameCall struct {
+	what string
+	call func(d, f layer.Node, name string) layer.Errno
+}
+
+// longNameCalls: d is the directory, f its entry "f", name the name to
+// try; calls that make a node forget it.
+var longNameCalls = func() []longNameCall {
+	var a layer.Attr
+	made := func(c layer.Node, e layer.Errno) layer.Errno {
+		if c != nil {
+			c.Forget()
+		}
+		return e
+	}
+	return []longNameCall{
+		{"lookup", func(d, f layer.Node, name string) layer.Errno { return made(d.Lookup(ctx, name, &a)) }},
+		{"unlink", func(d, f layer.Node, name string) layer.Errno { return d.Unlink(ctx, name) }},
+		{"rmdir", func(d, f layer.Node, name string) layer.Errno { return d.Rmdir(ctx, name) }},
+		{"rename from", func(d, f layer.Node, name string) layer.Errno { return d.Rename(ctx, name, d, "g", 0) }},
+		{"rename to", func(d, f layer.Node, name string) layer.Errno { return d.Rename(ctx, "f", d, name, 0) }},
+		{"create", func(d, f layer.Node, name string) layer.Errno {
+			c, h, e := d.Create(ctx, name, syscall.O_WRONLY|syscall.O_EXCL, 0o644, &a)
+			if h != nil {
+				h.Release(ctx)
+			}
+			return made(c, e)
+		}},
+		{"mkdir", func(d, f layer.Node, name string) layer.Errno { return made(d.Mkdir(ctx, name, 0o755, &a)) }},
+		{"mknod", func(d, f layer.Node, name string) layer.Errno {
+			return made(d.Mknod(ctx, name, syscall.S_IFIFO|0o644, 0, &a))
+		}},
+		{"symlink", func(d, f layer.Node, name string) layer.Errno { return made(d.Symlink(ctx, []byte("t"), name, &a)) }},
+		{"link", func(d, f layer.Node, name string) layer.Errno { return made(d.Link(ctx, f, name, &a)) }},
+	}
+}()
+
+// A name longer than NAME_MAX fails with ENAMETOOLONG in a managed
+// directory as in a host directory, though no bucket holds it, and
+// leaves no bucket behind.
+func TestLongNames(t *testing.T) {
+	dir, root := newShard(t, true)
+	create(t, root, "f")
+	f := lookup(t, root, "f")
+	host := hostfsOn(t, t.TempDir())
+	create(t, host, "f")
+	hf := lookup(t, host, "f")
+	long := strings.Repeat("n", 256)
+	for _, c := range longNameCalls {
+		want := c.call(host, hf, long)
+		if want != syscall.ENAMETOOLONG {
+			t.Fatalf("%s on the host: %v, want ENAMETOOLONG", c.what, want)
+		}
+		if e := c.call(root, f, long); e != want {
+			t.Errorf("%s: %v, want %v", c.what, e, want)
+		}
+	}
+	b, _ := place(long)
+	if _, err := os.Lstat(filepath.Join(dir, bucketName(b))); !os.IsNotExist(err) {
+		t.Errorf("the long name's bucket was made: %v", err)
 	}
 }
