@@ -54,6 +54,9 @@ func (n *node) setattrSame(ctx context.Context, st *dirState, h layer.Handle, in
 	if e := n.lower.Setattr(ctx, h, in, out); e != 0 || !st.managed {
 		return e
 	}
+	if e := n.keepMark(ctx, h, out); e != 0 {
+		return e
+	}
 	for b := range nBuckets {
 		st.mu.Lock()
 		ok := st.t.exists[b]
@@ -67,6 +70,23 @@ func (n *node) setattrSame(ctx context.Context, st *dirState, h layer.Handle, in
 		}
 	}
 	n.fixNlink(ctx, st, out)
+	return 0
+}
+
+// keepMark sets the mark of managed directory n again if the lower
+// setattr that left it with attributes out cleared it: POSIX lets chown
+// clear the setuid bit of a directory (older XFS did, for owners without
+// CAP_FSETID), and an unmarked directory would show its buckets. Only a
+// mode without the bit, asked for from above, unmarks.
+func (n *node) keepMark(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	if out.Mode&syscall.S_ISUID != 0 {
+		return 0
+	}
+	in := &layer.SetAttr{Valid: layer.SetMode, Mode: out.Mode&0o7777 | syscall.S_ISUID}
+	if e := n.lower.Setattr(asProcess(ctx), h, in, out); e != 0 {
+		n.fs.log.Error("shard: cannot set the mark again on a managed directory", "dir", n.lower.Token(), "err", e)
+		return e
+	}
 	return 0
 }
 
@@ -88,6 +108,9 @@ func (n *node) convert(ctx context.Context, st *dirState, h layer.Handle, in *la
 		return syscall.EINVAL
 	}
 	if e := n.lower.Setattr(ctx, h, in, out); e != 0 {
+		return e
+	}
+	if e := n.keepMark(ctx, h, out); e != 0 {
 		return e
 	}
 	st.mu.Lock()

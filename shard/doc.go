@@ -7,7 +7,8 @@
 // The bit means nothing for directories on Linux, only the owner (or root)
 // may set it, ls -ld shows it, and it is stored in the lower directory's
 // own mode, so the mark travels with the directory. Any directory beneath
-// with the setuid bit is managed.
+// with the setuid bit is managed. Only a mode without the bit unmarks: a
+// chown that clears it beneath (POSIX allows that) has it set again.
 //
 // Layout. The lower directory of a managed directory holds only buckets,
 // named ".shard-000" to ".shard-3ff"; the entry NAME lives in bucket

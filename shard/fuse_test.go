@@ -238,3 +238,78 @@ func TestMountedLongNames(t *testing.T) {
 		}
 	}
 }
+
+// TestMountedChownByOwner: the owner of a managed directory, not root,
+// changes its group and owner and chmods it symbolically, side by side
+// with the same on a host directory: the mode reads the same on both,
+// the mark stays above and beneath, and the entries stay listed. chmod
+// u-s by the owner still unmarks.
+func TestMountedChownByOwner(t *testing.T) {
+	lower, mnt := mountShard(t)
+	host := t.TempDir()
+	// The owner must reach both through the test's temporary directories.
+	for _, d := range []string{filepath.Dir(filepath.Dir(mnt)), filepath.Dir(mnt), host} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	managed, plain := filepath.Join(mnt, "m"), filepath.Join(host, "m")
+	want := []string{"a", "b", "c"}
+	for _, d := range []string{managed, plain} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range want {
+			if err := os.WriteFile(filepath.Join(d, n), []byte(n), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "chmod", "u+s", d)
+	}
+	asOwner := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{65534, 100}}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as the owner: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	for _, step := range [][]string{
+		{"chgrp", "100"},
+		{"chown", "65534:65534"},
+		{"chmod", "g+w"},
+		{"chown", ":100"},
+		{"chmod", "g+s"},
+	} {
+		for _, d := range []string{plain, managed} {
+			asOwner(step[0], append(step[1:], d)...)
+		}
+		what := strings.Join(step, " ")
+		got, ref := run(t, "stat", "-c", "%A %U %G", managed), run(t, "stat", "-c", "%A %U %G", plain)
+		if got != ref {
+			t.Errorf("after %s: %q, on the host %q", what, got, ref)
+		}
+		if st, err := os.Stat(filepath.Join(lower, "m")); err != nil || st.Mode()&os.ModeSetuid == 0 {
+			t.Errorf("after %s the mark is gone beneath: %v", what, err)
+		}
+		if got := strings.Fields(run(t, "ls", managed)); !slices.Equal(got, want) {
+			t.Errorf("after %s: ls %v", what, got)
+		}
+		if b, err := os.ReadFile(filepath.Join(managed, "b")); err != nil || string(b) != "b" {
+			t.Errorf("after %s: read %q, %v", what, b, err)
+		}
+	}
+	for _, d := range []string{plain, managed} {
+		asOwner("chmod", "u-s", d)
+	}
+	if got, ref := run(t, "stat", "-c", "%A", managed), run(t, "stat", "-c", "%A", plain); got != ref {
+		t.Errorf("after chmod u-s: %q, on the host %q", got, ref)
+	}
+	top, err := os.ReadDir(filepath.Join(lower, "m"))
+	if err != nil || len(top) != len(want) {
+		t.Errorf("after chmod u-s the lower holds %d entries, want %d (%v)", len(top), len(want), err)
+	}
+}

@@ -338,3 +338,73 @@ func TestLongNames(t *testing.T) {
 		t.Errorf("the long name's bucket was made: %v", err)
 	}
 }
+
+// clearsMarkOnChown is a lower directory that clears the setuid and
+// setgid bits when its owner or group changes, as POSIX allows chown to
+// do to any file (older XFS did, for callers without CAP_FSETID).
+type clearsMarkOnChown struct{ layer.Node }
+
+func (c clearsMarkOnChown) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	if e := c.Node.Setattr(ctx, h, in, out); e != 0 || in.Valid&(layer.SetUid|layer.SetGid) == 0 {
+		return e
+	}
+	return c.Node.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetMode, Mode: out.Mode & 0o777}, out)
+}
+
+// A change of owner or group that clears the mark beneath leaves the
+// directory managed, beneath too, so that its entries are still read
+// from their buckets after a restart; only a mode without the bit
+// unmarks.
+func TestChownKeepsMark(t *testing.T) {
+	marked := func(t *testing.T, dir string, root layer.Node, want []string) {
+		t.Helper()
+		var a layer.Attr
+		must(t, root.Getattr(ctx, nil, &a), "getattr")
+		if a.Mode&syscall.S_ISUID == 0 {
+			t.Errorf("mode %o above, want the mark", a.Mode)
+		}
+		if st, err := os.Stat(dir); err != nil || st.Mode()&os.ModeSetuid == 0 {
+			t.Errorf("mark gone beneath: %v, %v", st.Mode(), err)
+		}
+		if got := list(t, shardOver(t, hostfsOn(t, dir))); !slices.Equal(got, want) {
+			t.Errorf("after a restart: %v, want %v", got, want)
+		}
+		checkLayout(t, dir)
+	}
+	names := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		what    string
+		managed bool
+		in      layer.SetAttr
+	}{
+		{"chgrp", true, layer.SetAttr{Valid: layer.SetGid, Gid: 100}},
+		{"chown", true, layer.SetAttr{Valid: layer.SetUid | layer.SetGid, Uid: 65534, Gid: 65534}},
+		{"chmod and chown", true, layer.SetAttr{Valid: layer.SetMode | layer.SetUid, Mode: 0o4775, Uid: 65534}},
+		{"mark and chown", false, layer.SetAttr{Valid: layer.SetMode | layer.SetGid, Mode: 0o4755, Gid: 100}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.managed {
+				if err := os.Chmod(dir, 0o755|os.ModeSetuid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			root := shardOver(t, clearsMarkOnChown{hostfsOn(t, dir)})
+			for _, n := range names {
+				create(t, root, n)
+			}
+			var a layer.Attr
+			must(t, root.Setattr(ctx, nil, &tc.in, &a), tc.what)
+			if a.Mode&syscall.S_ISUID == 0 {
+				t.Errorf("%s answered mode %o, want the mark", tc.what, a.Mode)
+			}
+			marked(t, dir, root, names)
+			// chmod u-s still unmarks (through a plain lower: the
+			// wrapper would not do as a rename target for hostfs).
+			must(t, setMode(t, shardOver(t, hostfsOn(t, dir)), 0o755), "chmod u-s")
+			if top, _ := os.ReadDir(dir); len(top) != len(names) {
+				t.Errorf("after chmod u-s the lower holds %d entries, want %d", len(top), len(names))
+			}
+		})
+	}
+}
