@@ -13,7 +13,9 @@
 //     identity; names too long for the lower file system are stored under
 //     a hashed stand-in with a sidecar; lower names that do not decode are
 //     hidden.
-//   - LinkCodec maps symlink targets; SetattrChecker vets attribute changes.
+//   - LinkCodec maps symlink targets; stored forms too long for a lower
+//     symlink go into sidecars, as long names do. SetattrChecker vets
+//     attribute changes.
 //
 // Everything else — links, renames (with RENAME_NOREPLACE and _EXCHANGE),
 // extended attributes, locks, statfs — passes through. The smallest layer,

@@ -53,9 +53,13 @@ type DirIDer interface {
 	NewDirID() ([]byte, error)
 }
 
-// LinkCodec maps symlink targets. LinkSize gives a target's length from
-// its stored length, for stat, which must not read the link (that would
-// change its access time).
+// LinkCodec maps symlink targets, of at most 4095 bytes as in Linux. A
+// stored form too long for a lower symlink is kept in a sidecar in the
+// root directory, named by its hash, and removed with the symlink's last
+// link (names.go): so stored forms must never repeat (a random nonce sees
+// to it), nor start with ".shale.", and the NameCodec must hide names that
+// do. LinkSize gives a target's length from its stored length, for stat,
+// which must not read the link (that would change its access time).
 type LinkCodec interface {
 	EncodeLink(target []byte) ([]byte, error)
 	DecodeLink(stored []byte) ([]byte, error)

@@ -1,6 +1,7 @@
 package wrap
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -13,13 +14,24 @@ import (
 // Names longer than the lower file system allows are stored under a short
 // stand-in name, longPrefix + a hash of the encoded name, and the encoded
 // name itself goes into a sidecar file, the stand-in + sidecarSuffix.
+// Symlink targets too long once encoded are kept alike (see putLink).
 const (
-	maxDirID      = 64   // bytes of a directory identity file
-	maxSidecar    = 4096 // bytes of a long name's sidecar
-	nameMax       = 255
-	longPrefix    = ".shale.L."
-	sidecarSuffix = ".name"
+	maxDirID       = 64   // bytes of a directory identity file
+	maxSidecar     = 4096 // bytes of a long name's sidecar
+	nameMax        = 255
+	longPrefix     = ".shale.L."
+	sidecarSuffix  = ".name"
+	linkMax        = 4095     // PATH_MAX-1: the longest symlink target
+	maxLinkSidecar = 16 << 10 // bytes of a long target's sidecar
+	linkPrefix     = ".shale.T."
 )
+
+// hashName is prefix + base64url(SHA-256(b)): a long name's stand-in, a
+// long target's sidecar.
+func hashName(prefix string, b []byte) string {
+	sum := sha256.Sum256(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(sum[:])
+}
 
 // id returns the directory's identity for the NameCodec.
 func (n *node) id(ctx context.Context) ([]byte, layer.Errno) {
@@ -183,8 +195,7 @@ func (n *node) encodeName(ctx context.Context, name string) (string, layer.Errno
 		return "", errnoOf(err, syscall.EINVAL)
 	}
 	if len(enc) > nameMax {
-		sum := sha256.Sum256([]byte(enc))
-		return longPrefix + base64.RawURLEncoding.EncodeToString(sum[:]), 0
+		return hashName(longPrefix, []byte(enc)), 0
 	}
 	return enc, 0
 }
@@ -270,6 +281,126 @@ func (n *node) dropSidecar(ctx context.Context, lname string) {
 		return
 	}
 	n.removeSidecar(ctx, lname)
+}
+
+// A stored target longer than a lower symlink takes goes, like a long
+// name, into a sidecar: in the root directory, named hashName(linkPrefix,
+// stored). The lower symlink holds that name, padded with '/' to linkMax
+// bytes. Named by content, the sidecar needs nothing when the symlink is
+// renamed or linked, and one swapped for another fails the hash; the
+// symlink's last link takes it along. Padded, every stand-in has the one
+// length linkMax: LinkSize tells the size of any other link from its
+// length, and stat reads only links of that length (a stand-in's size is
+// its sidecar's).
+
+// putLink gives the lower target for stored, and the sidecar it wrote
+// ("" if stored fits a symlink).
+func (f *fs) putLink(ctx context.Context, stored []byte) (target []byte, side string, e layer.Errno) {
+	if len(stored) <= linkMax {
+		return stored, "", 0
+	}
+	if len(stored) > maxLinkSidecar {
+		return nil, "", syscall.ENAMETOOLONG
+	}
+	side = hashName(linkPrefix, stored)
+	// Stored forms never repeat (LinkCodec): a sidecar already there is
+	// another link's.
+	if e := writeSmall(ctx, f.lowerRoot, side, stored, syscall.O_EXCL); e != 0 {
+		return nil, "", e
+	}
+	return linkStandIn(side), side, 0
+}
+
+func linkStandIn(side string) []byte {
+	return []byte(side + strings.Repeat("/", linkMax-len(side)))
+}
+
+// linkSidecar gives the sidecar lower target t stands in for, if it is a
+// stand-in.
+func linkSidecar(t []byte) (string, bool) {
+	if len(t) != linkMax || !bytes.HasPrefix(t, []byte(linkPrefix)) {
+		return "", false
+	}
+	side, _, _ := bytes.Cut(t, []byte("/"))
+	return string(side), true
+}
+
+// getLink gives the stored target behind lower target t: t, or the
+// content of its sidecar, which must hash to the stand-in.
+func (f *fs) getLink(ctx context.Context, t []byte) ([]byte, layer.Errno) {
+	side, ok := linkSidecar(t)
+	if !ok {
+		return t, 0
+	}
+	stored, e := readSmall(ctx, f.lowerRoot, side, maxLinkSidecar)
+	if e != 0 {
+		return nil, e
+	}
+	if !bytes.Equal(linkStandIn(hashName(linkPrefix, stored)), t) {
+		return nil, syscall.EIO
+	}
+	return stored, 0
+}
+
+// linkSize is the size above of symlink n, whose lower target is l bytes
+// long. Sizes learnt by reading the link are remembered by token (a
+// symlink's target never changes): a read at every stat would touch the
+// link's access time, undoing times set with utimensat.
+func (n *node) linkSize(ctx context.Context, l uint64) uint64 {
+	if l != linkMax {
+		return n.fs.links.LinkSize(l)
+	}
+	tok := n.lower.Token()
+	if s, ok := n.fs.linkSizes.Load(tok); ok {
+		return s.(uint64)
+	}
+	t, e := n.lower.Readlink(ctx)
+	if e != 0 {
+		return n.fs.links.LinkSize(l)
+	}
+	if side, ok := linkSidecar(t); ok {
+		var a layer.Attr
+		c, e := n.fs.lowerRoot.Lookup(ctx, side, &a)
+		if e != 0 {
+			return n.fs.links.LinkSize(l) // readlink will fail
+		}
+		c.Forget()
+		l = a.Size
+	}
+	s := n.fs.links.LinkSize(l)
+	n.fs.linkSizes.Store(tok, s)
+	return s
+}
+
+// dropLink readies the removal of lower entry lname: if it is the last
+// link of a symlink whose size linkSize may remember, finish (told whether
+// the removal failed) forgets the size and removes the sidecar.
+func (n *node) dropLink(ctx context.Context, lname string) (finish func(failed bool)) {
+	noop := func(bool) {}
+	if n.fs.links == nil {
+		return noop
+	}
+	var a layer.Attr
+	c, e := n.lower.Lookup(ctx, lname, &a)
+	if e != 0 {
+		return noop
+	}
+	defer c.Forget()
+	if a.Mode&syscall.S_IFMT != syscall.S_IFLNK || a.Size != linkMax || a.Nlink != 1 {
+		return noop
+	}
+	tok := c.Token()
+	t, _ := c.Readlink(ctx)
+	side, long := linkSidecar(t)
+	return func(failed bool) {
+		if failed {
+			return
+		}
+		n.fs.linkSizes.Delete(tok)
+		if long {
+			n.fs.lowerRoot.Unlink(ctx, side)
+		}
+	}
 }
 
 // OpenDir lists the lower directory with names decoded.

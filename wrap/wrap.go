@@ -23,13 +23,16 @@ type fs struct {
 	bs, ov, hs uint64 // block size, block overhead, header size
 	log        *slog.Logger
 	data       [64]sync.RWMutex // DataLock stripes, if the stack has none
+
+	lowerRoot layer.Node // where long targets' sidecars are (names.go)
+	linkSizes sync.Map   // layer.Token → uint64, by linkSize
 }
 
 // New builds a layer over lower from hooks, a value implementing any of
 // the interfaces in hooks.go. lower stays the caller's: Forget on the new
 // root does not forget it.
 func New(ctx context.Context, lower layer.Node, hooks any) (layer.Node, error) {
-	f := &fs{log: slog.Default()}
+	f := &fs{log: slog.Default(), lowerRoot: lower}
 	f.blocks, _ = hooks.(BlockCodec)
 	f.header, _ = hooks.(FileHeader)
 	f.names, _ = hooks.(NameCodec)
@@ -166,7 +169,7 @@ func (n *node) fixAttr(ctx context.Context, a *layer.Attr) {
 		a.Size = n.fs.plainSize(a.Size)
 	case syscall.S_IFLNK:
 		if n.fs.links != nil {
-			a.Size = n.fs.links.LinkSize(a.Size)
+			a.Size = n.linkSize(ctx, a.Size)
 		}
 	}
 }
@@ -245,15 +248,28 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, 
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	if n.fs.links != nil {
-		t, err := n.fs.links.EncodeLink(target)
-		if err != nil {
-			return nil, errnoOf(err, syscall.ENAMETOOLONG)
-		}
-		target = t
+	if n.fs.links == nil {
+		return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
+			return n.lower.Symlink(ctx, target, lname, out)
+		})
+	}
+	if len(target) > linkMax {
+		return nil, syscall.ENAMETOOLONG
+	}
+	stored, err := n.fs.links.EncodeLink(target)
+	if err != nil {
+		return nil, errnoOf(err, syscall.ENAMETOOLONG)
 	}
 	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		return n.lower.Symlink(ctx, target, lname, out)
+		t, side, e := n.fs.putLink(ctx, stored)
+		if e != 0 {
+			return nil, e
+		}
+		c, e := n.lower.Symlink(ctx, t, lname, out)
+		if e != 0 && side != "" {
+			n.fs.lowerRoot.Unlink(ctx, side)
+		}
+		return c, e
 	})
 }
 
@@ -299,7 +315,16 @@ func (n *node) makeNamed(ctx context.Context, name string, out *layer.Attr, mk f
 }
 
 func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
-	return n.removeNamed(ctx, name, n.lower.Unlink)
+	return n.removeNamed(ctx, name, n.unlink)
+}
+
+// unlink removes lower entry lname, and the sidecar of a long target if
+// lname was its last link.
+func (n *node) unlink(ctx context.Context, lname string) layer.Errno {
+	finish := n.dropLink(ctx, lname)
+	e := n.lower.Unlink(ctx, lname)
+	finish(e != 0)
+	return e
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
@@ -349,8 +374,15 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e != 0 && e != syscall.ENOENT && e != syscall.ENOTDIR {
 		return e
 	}
+	// A symlink replaced by it may be a long target's last link; renaming
+	// an entry onto itself replaces nothing.
+	finishLink := func(bool) {}
+	if from != to || n.lower.Token() != d.lower.Token() {
+		finishLink = d.dropLink(ctx, to)
+	}
 	e = n.lower.Rename(ctx, from, d.lower, to, flags)
 	finish(e != 0)
+	finishLink(e != 0)
 	if e != 0 {
 		return e
 	}
@@ -365,6 +397,11 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	t, e := n.lower.Readlink(ctx)
 	if e != 0 || n.fs.links == nil {
 		return t, e
+	}
+	t, e = n.fs.getLink(ctx, t)
+	if e != 0 {
+		n.fs.log.Error("wrap: a long symlink target's sidecar is missing or damaged", "token", n.Token(), "errno", e)
+		return nil, syscall.EIO
 	}
 	p, err := n.fs.links.DecodeLink(t)
 	if err != nil {
