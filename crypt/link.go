@@ -4,8 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"fmt"
-	"syscall"
 )
 
 // A symlink target is stored as base64url without padding of
@@ -13,15 +11,12 @@ import (
 //	nonce (12 random bytes) || AES-256-GCM(link key, target, no AD) || tag
 //
 // A random nonce (rather than SIV) hides whether two links point to the
-// same place. The lower target must fit in PATH_MAX-1 = 4095 bytes, which
-// leaves maxLinkLen bytes for the plaintext target.
+// same place, and makes every stored form unique, which wrap needs of
+// those too long for a lower symlink (over 4095 bytes: targets over 3043
+// bytes): it keeps them in sidecar files named by their hash.
 const (
 	linkNonceSize = 12
-	maxStoredLink = 4095
 	linkOverhead  = linkNonceSize + tagSize
-	// maxLinkLen is the longest target whose encoding fits in maxStoredLink:
-	// base64 of n bytes takes ceil(4n/3) characters.
-	maxLinkLen = maxStoredLink*3/4 - linkOverhead
 )
 
 var linkEncoding = base64.RawURLEncoding.Strict()
@@ -30,9 +25,6 @@ var errLinkAuth = errors.New("symlink target fails authentication: it was altere
 
 // EncodeLink encrypts a symlink target.
 func (l *Layer) EncodeLink(target []byte) ([]byte, error) {
-	if len(target) > maxLinkLen {
-		return nil, fmt.Errorf("symlink target of %d bytes, crypt stores at most %d: %w", len(target), maxLinkLen, syscall.ENAMETOOLONG)
-	}
 	var nonce [linkNonceSize]byte
 	rand.Read(nonce[:]) // never fails (crypto/rand panics on a broken kernel)
 	return l.sealLink(nonce[:], target), nil
