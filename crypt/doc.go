@@ -8,7 +8,8 @@
 //     another offset or another file, or cut short without the read failing.
 //   - Names: AES-SIV (RFC 5297), deterministic so lookups work, with the
 //     directory's random ID as associated data, then unpadded base64url.
-//   - Symlink targets: AES-256-GCM with a random nonce, base64url.
+//   - Symlink targets: AES-256-GCM with a random nonce, base64url; those
+//     too long for a lower symlink in a sidecar named by their hash (wrap).
 //   - Keys: one random 256-bit master key, wrapped in LOWER/shale.conf
 //     under a key derived from the passphrase with scrypt; the content,
 //     name and link keys are derived from it with HKDF-SHA256.

@@ -22,6 +22,7 @@ var katWant = map[string]string{
 	"full_block_sha256": "35acae9d52570e84b55cec932813453b8d17b291e2702a097259743d9359241c",
 	"name":              "wqV_KogzlQJbZaLIB9Fs5RvoH4i_36762wFv__epWcmztQAe",
 	"link":              "wMHCw8TFxsfIycrLVmpf1Seyze6uOFPayNpCtkvwME1lQNGnAx4wyV6vzw",
+	"long_link":         ".shale.T.XrcVk852mGOiI-_5k36ZC3o-R6nWkkpeuXi81dZqFdo",
 	"config_ad":         "7368616c652d637279707420763120736372797074000a0000000800000001404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f",
 	"wrapped_key":       "dd658cb90aa3af22d6ed7505a393d609b12ef9b4f449d898ac49064be3b51768e784c41dfdd1b59242a922e6128528ec",
 	"checksum":          "bfe1a569a93b1d15df8b4fcb94949529e8f1f7d0e4a3450acd9c9c7f39ff68c3",
@@ -70,6 +71,7 @@ func katGot(t *testing.T) map[string]string {
 	got["full_block_sha256"] = hex.EncodeToString(sum[:])
 	got["name"], _ = l.EncodeName(seq(0x20, dirIDSize), "Hello, shale ☃.txt")
 	got["link"] = string(l.sealLink(seq(0xc0, linkNonceSize), []byte("../ünï/target")))
+	got["long_link"], _ = standIn(l.sealLink(seq(0xc0, linkNonceSize), []byte(strings.Repeat("t/", 1550))))
 	kdf := kdfParams{Name: kdfScrypt, LogN: 10, R: 8, P: 1, Salt: seq(0x40, saltSize)}
 	c, err := wrapMasterKey(master, []byte("correct horse battery staple"), kdf, seq(0x60, wrapNonceSize))
 	if err != nil {

@@ -54,6 +54,9 @@ print("name", name)
 # A symlink target: base64url(nonce || AES-256-GCM(link key, nonce, target, no AD)).
 nonce = seq(0xC0, 12)
 print("link", b64url(nonce + AESGCM(lk).encrypt(nonce, "../ünï/target".encode(), None)))
+# A long one (3100 bytes): stored the same way, in a sidecar named by its hash.
+stored = b64url(nonce + AESGCM(lk).encrypt(nonce, b"t/" * 1550, None))
+print("long_link", ".shale.T." + b64url(hashlib.sha256(stored.encode()).digest()))
 
 # The config: the master key wrapped under scrypt(passphrase).
 salt, log_n, r, p = seq(0x40, 32), 10, 8, 1
