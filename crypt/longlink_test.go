@@ -169,6 +169,9 @@ func TestMountedLongTargetLinks(t *testing.T) {
 		}},
 		{"rename b onto c", func(p func(string) string) error { return os.Rename(p("b"), p("c")) }},
 		{"rename c onto itself", func(p func(string) string) error { return os.Rename(p("c"), p("c")) }},
+		{"exchange c and d/a2", func(p func(string) string) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("c"), unix.AT_FDCWD, p("d/a2"), unix.RENAME_EXCHANGE)
+		}},
 		{"unlink d/a2", func(p func(string) string) error { return os.Remove(p("d/a2")) }},
 		{"link c e", func(p func(string) string) error { return os.Link(p("c"), p("e")) }},
 		{"unlink c", func(p func(string) string) error { return os.Remove(p("c")) }},
@@ -191,7 +194,7 @@ func TestMountedLongTargetLinks(t *testing.T) {
 		})
 		return strings.Join(lines, "; ")
 	}
-	wantSidecars := []int{1, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1}
+	wantSidecars := []int{1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1}
 	for i, step := range steps {
 		var got [2]string
 		for j, dir := range []string{native, mnt} {

@@ -363,9 +363,6 @@ var cryptDiffers = func() map[string]string {
 			m[k] = why
 		}
 	}
-	add("crypt stores a target encrypted and base64-encoded; targets up to 3043 bytes fit a 4095-byte lower symlink",
-		"names-long/symlink 4095", "names-long/readlink 4095", "names-long/lstat size",
-		"names-long/readlink into a short buffer")
 	add("crypt blocks carry 32 bytes of nonce and tag per 4 KiB, so st_blocks is larger; punching holes or zeroing ranges inside encrypted blocks is not supported, and holes are not reported",
 		"fallocate/blocks", "fallocate/blocks grew", "fallocate/PUNCH_HOLE|KEEP_SIZE", "fallocate/blocks after punch",
 		"fallocate/punched range is zeros", "fallocate/SEEK_HOLE", "fallocate/SEEK_DATA after hole",
