@@ -2,7 +2,9 @@ package wrap
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"math"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -67,8 +69,10 @@ func (n *node) header(ctx context.Context, h layer.Handle, lowerLen uint64, crea
 		if err != nil {
 			return nil, syscall.EIO
 		}
-		if k, e := h.Write(ctx, hdr, 0); e != 0 || uint64(k) != fs.hs {
-			return nil, orEIO(e)
+		if _, e := writeFull(ctx, h, hdr, 0); e != 0 {
+			// A header cut short would make the file unreadable.
+			n.setLowerSize(ctx, h, 0)
+			return nil, e
 		}
 		return hdr, 0
 	}
@@ -94,15 +98,31 @@ func orEIO(e layer.Errno) layer.Errno {
 // readBlocks returns the plaintext of blocks first..last (fewer at the end
 // of the file).
 func (n *node) readBlocks(ctx context.Context, h layer.Handle, hdr []byte, first, last uint64) ([]byte, layer.Errno) {
-	fs := n.fs
-	sb := fs.bs + fs.ov
-	buf := make([]byte, (last-first+1)*sb)
-	k, e := h.Read(ctx, buf, int64(fs.hs+first*sb))
+	stored, e := n.readStored(ctx, h, first, last)
 	if e != 0 {
 		return nil, e
 	}
-	buf = buf[:k]
-	out := make([]byte, 0, (last-first+1)*fs.bs)
+	return n.decodeBlocks(hdr, first, stored)
+}
+
+// readStored returns the stored form of blocks first..last (fewer at the
+// end of the file).
+func (n *node) readStored(ctx context.Context, h layer.Handle, first, last uint64) ([]byte, layer.Errno) {
+	sb := n.fs.bs + n.fs.ov
+	buf := make([]byte, (last-first+1)*sb)
+	k, e := h.Read(ctx, buf, int64(n.fs.hs+first*sb))
+	if e != 0 {
+		return nil, e
+	}
+	return buf[:k], 0
+}
+
+// decodeBlocks returns the plaintext of buf, the stored form of blocks
+// from first on.
+func (n *node) decodeBlocks(hdr []byte, first uint64, buf []byte) ([]byte, layer.Errno) {
+	fs := n.fs
+	sb := fs.bs + fs.ov
+	out := make([]byte, 0, (uint64(len(buf))+sb-1)/sb*fs.bs)
 	for b := first; len(buf) > 0; b++ {
 		stored := buf[:min(uint64(len(buf)), sb)]
 		buf = buf[len(stored):]
@@ -125,8 +145,9 @@ func (n *node) readBlocks(ctx context.Context, h layer.Handle, hdr []byte, first
 }
 
 // writeBlocks encodes plain, the whole content of blocks from first on,
-// and writes it.
-func (n *node) writeBlocks(ctx context.Context, h layer.Handle, hdr []byte, first uint64, plain []byte) layer.Errno {
+// and writes it; it returns how many stored bytes went down, all unless
+// the lower file system failed (with its errno).
+func (n *node) writeBlocks(ctx context.Context, h layer.Handle, hdr []byte, first uint64, plain []byte) (uint64, layer.Errno) {
 	fs := n.fs
 	out := make([]byte, 0, uint64(len(plain))/fs.bs*(fs.bs+fs.ov)+fs.bs+fs.ov)
 	for b := first; len(plain) > 0; b++ {
@@ -134,17 +155,150 @@ func (n *node) writeBlocks(ctx context.Context, h layer.Handle, hdr []byte, firs
 		plain = plain[len(blk):]
 		var err error
 		if out, err = fs.blocks.EncodeBlock(out, hdr, b, blk); err != nil {
-			return syscall.EIO
+			return 0, syscall.EIO
 		}
 	}
-	k, e := h.Write(ctx, out, int64(fs.hs+first*(fs.bs+fs.ov)))
+	return writeFull(ctx, h, out, fs.hs+first*(fs.bs+fs.ov))
+}
+
+// writeFull writes all of b at off. A short write goes on with the rest,
+// which gets the lower file system's errno (ENOSPC, EDQUOT, EFBIG...); it
+// returns how much was written.
+func writeFull(ctx context.Context, h layer.Handle, b []byte, off uint64) (uint64, layer.Errno) {
+	var done uint64
+	for done < uint64(len(b)) {
+		k, e := h.Write(ctx, b[done:], int64(off+done))
+		switch {
+		case e != 0:
+			return done, e
+		case k <= 0 || uint64(k) > uint64(len(b))-done:
+			return done, syscall.EIO // a lower layer that neither writes nor fails
+		}
+		done += uint64(k)
+	}
+	return done, 0
+}
+
+func (n *node) setLowerSize(ctx context.Context, h layer.Handle, l uint64) layer.Errno {
+	var a layer.Attr
+	return n.lower.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetSize, Size: l}, &a)
+}
+
+// tooBig reports whether a file of size s cannot be stored: its lower size
+// would pass the largest file offset (EFBIG, as the lower file system says
+// at its own limit).
+func (f *fs) tooBig(s uint64) bool { return s > f.plainSize(math.MaxInt64) }
+
+// An update changes blocks of a file below. The lower file system may stop
+// it midway (ENOSPC, EDQUOT, EFBIG), even inside a block, which would then
+// not decode; so an update keeps the old content of the blocks it may
+// have to put back.
+type update struct {
+	n   *node
+	h   layer.Handle
+	hdr []byte
+	old []oldBlock
+}
+
+type oldBlock struct {
+	b     uint64
+	plain []byte
+	hole  bool // stored as zeros: put back as zeros, which need no room
+}
+
+// read returns the plaintext of block b, and keeps it.
+func (u *update) read(ctx context.Context, b uint64) ([]byte, layer.Errno) {
+	if o, ok := u.kept(b); ok {
+		return o.plain, 0
+	}
+	stored, e := u.n.readStored(ctx, u.h, b, b)
 	if e != 0 {
+		return nil, e
+	}
+	p, e := u.n.decodeBlocks(u.hdr, b, stored)
+	if e != 0 {
+		return nil, e
+	}
+	u.old = append(u.old, oldBlock{b, p, allZero(stored)})
+	return p, 0
+}
+
+func (u *update) kept(b uint64) (oldBlock, bool) {
+	for _, o := range u.old {
+		if o.b == b {
+			return o, true
+		}
+	}
+	return oldBlock{}, false
+}
+
+func (u *update) write(ctx context.Context, first uint64, plain []byte) (uint64, layer.Errno) {
+	return u.n.writeBlocks(ctx, u.h, u.hdr, first, plain)
+}
+
+// undo repairs the file after the lower file system stopped a write of
+// blocks from first on after k stored bytes, and leaves it size bytes
+// long, no longer than it was unless whole blocks of new data reach
+// further. The blocks written whole keep their new content; the one it
+// stopped inside, and a block before first that was made whole for a
+// size the file does not reach, get their old content back.
+func (u *update) undo(ctx context.Context, first, k, size uint64) {
+	fs := u.n.fs
+	sb := fs.bs + fs.ov
+	stopped, torn := first+k/sb, k%sb
+	var e layer.Errno
+	// Every kept block lies within the old size, which size is not below.
+	for _, o := range u.old {
+		switch {
+		case o.b == stopped && torn > 0:
+			e = cmp.Or(e, u.putBack(ctx, o, torn))
+		case o.b < first && size < (o.b+1)*fs.bs:
+			e = cmp.Or(e, u.putBack(ctx, o, sb))
+		}
+	}
+	if _, ok := u.kept(stopped); !ok && torn > 0 && stopped*fs.bs < size {
+		// A block the write replaced whole was not read. A lower file
+		// system that writes in place stops inside one only to allocate
+		// room, so it was a hole: if the rest of it is zeros, it was.
+		rest, e1 := u.n.readStored(ctx, u.h, stopped, stopped)
+		if e1 == 0 && !allZero(rest[min(torn, uint64(len(rest))):]) {
+			e1 = syscall.EIO
+		}
+		if e1 == 0 {
+			e1 = u.zero(ctx, stopped, torn)
+		}
+		e = cmp.Or(e, e1)
+	}
+	e = cmp.Or(e, u.n.setLowerSize(ctx, u.h, fs.lowerSize(size)))
+	if e != 0 {
+		fs.log.Error("wrap: a failed write could not be undone; a block may not decode", "token", u.n.Token(), "block", stopped, "err", e)
+	}
+}
+
+// putBack stores o as it was, over written bytes of other content at its
+// start: a hole gets zeros back where it got data, a block its plaintext,
+// encoded again.
+func (u *update) putBack(ctx context.Context, o oldBlock, written uint64) layer.Errno {
+	if !o.hole {
+		_, e := u.write(ctx, o.b, o.plain)
 		return e
 	}
-	if k != len(out) {
-		return syscall.EIO
+	return u.zero(ctx, o.b, min(written, uint64(len(o.plain))+u.n.fs.ov))
+}
+
+// zero writes k zeros at the start of block b.
+func (u *update) zero(ctx context.Context, b, k uint64) layer.Errno {
+	fs := u.n.fs
+	_, e := writeFull(ctx, u.h, make([]byte, k), fs.hs+b*(fs.bs+fs.ov))
+	return e
+}
+
+// pad returns p cut or extended with zeros to n bytes.
+func pad(p []byte, n uint64) []byte {
+	if uint64(len(p)) >= n {
+		return p[:n]
 	}
-	return 0
+	return append(p[:len(p):len(p)], make([]byte, n-uint64(len(p)))...)
 }
 
 // allZero compares against a zero block, which the runtime does a word at
@@ -209,54 +363,71 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 	}
 	ctx, unlock := n.lockData(ctx, true)
 	defer unlock()
-	if e := n.writeAt(ctx, f.lower, data, uint64(off)); e != 0 {
-		return 0, e
-	}
-	return len(data), 0
+	return n.writeAt(ctx, f.lower, data, uint64(off))
 }
 
 // writeAt writes data at off, reading first what partial blocks keep;
-// the data lock is held.
-func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uint64) layer.Errno {
+// the data lock is held. If the lower file system takes only part of it,
+// the whole blocks it took are kept, and the count says how much of data
+// they hold: a short write, after which the caller's next write gets the
+// errno (as the kernel reports a short pwrite). With none of data stored,
+// the file is as it was, and the errno is the lower file system's.
+func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uint64) (int, layer.Errno) {
 	fs := n.fs
+	end := off + uint64(len(data))
+	if fs.tooBig(end) {
+		return 0, syscall.EFBIG
+	}
 	ll, e := n.lowerLen(ctx, h)
 	if e != 0 {
-		return e
+		return 0, e
 	}
 	size := fs.plainSize(ll)
 	hdr, e := n.header(ctx, h, ll, true)
 	if e != 0 {
-		return e
+		return 0, e
 	}
-	end := off + uint64(len(data))
+	u := &update{n: n, h: h, hdr: hdr}
 	first, last := off/fs.bs, (end-1)/fs.bs
-	// A partial last block before the write's first block must be made
-	// whole: only a file's last block may be short.
-	if oldLast := size / fs.bs; size%fs.bs != 0 && oldLast < first {
-		blk, e := n.readBlocks(ctx, h, hdr, oldLast, oldLast)
-		if e != 0 {
-			return e
-		}
-		blk = append(blk, make([]byte, fs.bs-uint64(len(blk)))...)
-		if e := n.writeBlocks(ctx, h, hdr, oldLast, blk); e != 0 {
-			return e
+	// Read what the write keeps of its first and last blocks, and the old
+	// last block if it is short and the write reaches it or must make it
+	// whole (only a file's last block may be short): a failed write puts
+	// it back.
+	oldLast := size / fs.bs
+	for _, b := range []uint64{first, last, oldLast} {
+		keeps := b == first && off > b*fs.bs || b == last && end < min(size, (b+1)*fs.bs) ||
+			b == oldLast && size%fs.bs != 0 && b <= last
+		if keeps && b*fs.bs < size {
+			if _, e := u.read(ctx, b); e != 0 {
+				return 0, e
+			}
 		}
 	}
-	newSize := max(size, end)
-	span := make([]byte, min(newSize, (last+1)*fs.bs)-first*fs.bs)
-	// Keep the old bytes the write does not cover in its first and last
-	// blocks.
-	if off > first*fs.bs || (end < uint64(len(span))+first*fs.bs) {
-		if first*fs.bs < size {
-			old, e := n.readBlocks(ctx, h, hdr, first, last)
-			if e != 0 {
-				return e
-			}
-			copy(span, old)
+	if o, ok := u.kept(oldLast); ok && oldLast < first {
+		if k, e := u.write(ctx, oldLast, pad(o.plain, fs.bs)); e != 0 {
+			u.undo(ctx, oldLast, k, size)
+			return 0, e
+		}
+	}
+	span := make([]byte, min(max(size, end), (last+1)*fs.bs)-first*fs.bs)
+	for _, o := range u.old {
+		if o.b >= first {
+			copy(span[(o.b-first)*fs.bs:], o.plain)
 		}
 	}
 	copy(span[off-first*fs.bs:], data)
-	return n.writeBlocks(ctx, h, hdr, first, span)
+	k, e := u.write(ctx, first, span)
+	if e == 0 {
+		return len(data), 0
+	}
+	// The blocks stored whole hold data up to ackEnd.
+	ackEnd := min(end, (first+k/(fs.bs+fs.ov))*fs.bs)
+	if ackEnd <= off {
+		u.undo(ctx, first, k, size)
+		return 0, e
+	}
+	u.undo(ctx, first, k, max(size, ackEnd))
+	return int(ackEnd - off), 0
 }
 
 // truncate sets the size to size, through h if given.
@@ -271,6 +442,10 @@ func (n *node) grow(ctx context.Context, h layer.Handle, size uint64) layer.Errn
 }
 
 func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly bool) layer.Errno {
+	fs := n.fs
+	if fs.tooBig(size) {
+		return syscall.EFBIG
+	}
 	lh := lowerHandle(h)
 	if lh == nil {
 		var e layer.Errno
@@ -281,7 +456,6 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	}
 	ctx, unlock := n.lockData(ctx, true)
 	defer unlock()
-	fs := n.fs
 	ll, e := n.lowerLen(ctx, lh)
 	if e != 0 {
 		return e
@@ -290,14 +464,11 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	if growOnly && size <= old {
 		return 0
 	}
-	set := func(l uint64) layer.Errno {
-		var a layer.Attr
-		return n.lower.Setattr(ctx, lh, &layer.SetAttr{Valid: layer.SetSize, Size: l}, &a)
-	}
 	hdr, e := n.header(ctx, lh, ll, size > 0)
 	if e != 0 {
 		return e
 	}
+	u := &update{n: n, h: lh, hdr: hdr}
 	// Only a file's last block may be short: growing makes the old last
 	// block whole (or as long as the new size reaches), shrinking cuts the
 	// new last block.
@@ -311,27 +482,29 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	}
 	var blk []byte
 	if keep > 0 {
-		if blk, e = n.readBlocks(ctx, lh, hdr, b, b); e != 0 {
+		p, e := u.read(ctx, b)
+		if e != 0 {
 			return e
 		}
-		if uint64(len(blk)) > keep {
-			blk = blk[:keep]
-		}
-		blk = append(blk, make([]byte, keep-uint64(len(blk)))...)
+		blk = pad(p, keep)
 	}
 	if size > old {
 		// Grow first: the lower file system vets the size (EFBIG).
-		if e := set(fs.lowerSize(size)); e != 0 || blk == nil {
+		if e := n.setLowerSize(ctx, lh, fs.lowerSize(size)); e != 0 {
+			u.undo(ctx, b, 0, old) // a header just made goes
 			return e
 		}
-		return n.writeBlocks(ctx, lh, hdr, b, blk)
 	}
 	if blk != nil {
-		if e := n.writeBlocks(ctx, lh, hdr, b, blk); e != 0 {
+		if k, e := u.write(ctx, b, blk); e != 0 {
+			u.undo(ctx, b, k, old)
 			return e
 		}
 	}
-	return set(fs.lowerSize(size))
+	if size > old {
+		return 0
+	}
+	return n.setLowerSize(ctx, lh, fs.lowerSize(size))
 }
 
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
@@ -357,6 +530,9 @@ func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer
 		return syscall.EOPNOTSUPP
 	}
 	end := uint64(off + size)
+	if fs.tooBig(end) {
+		return syscall.EFBIG
+	}
 	if e := f.lower.Allocate(ctx, 0, int64(fs.lowerSize(end)), keepSize); e != 0 {
 		return e
 	}
