@@ -3,6 +3,12 @@
 // view of a directory on a disk file system. Any error, verify mismatch,
 // skipped stressor or non-zero exit fails the test.
 //
+// Work is bounded by operation counts (fio's sizes, stress-ng's
+// --<stressor>-ops), never by wall time, so a slow machine makes a run
+// longer, not different. Each run has a generous hang guard; its expiry
+// is reported as a hang, with the state of the tool's processes, never as
+// a failure of the file system.
+//
 // It needs fio and stress-ng (scripts/setup.sh installs them) and a working
 // /dev/fuse; it runs best as root (allow_other, chown stressor).
 package stress
@@ -11,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +26,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,10 +110,8 @@ func mountShale(t *testing.T, extra ...string) mount {
 	}
 	args := append([]string{"mount"}, extra...)
 	args = append(args, m.lower, m.mnt)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, shaleBin, args...).CombinedOutput(); err != nil {
-		t.Fatalf("shale %s: %v\n%s", strings.Join(args, " "), err, out)
+	if r := runTool(t, base, hangGuard(t, time.Minute), shaleBin, args...); r.err != nil {
+		r.fatal(t, "shale "+strings.Join(args, " "))
 	}
 	t.Cleanup(func() { unmount(t, m.mnt) })
 	if fstype := fsTypeAt(m.mnt); fstype != "fuse.shale" {
@@ -115,13 +121,11 @@ func mountShale(t *testing.T, extra ...string) mount {
 }
 
 func unmount(t *testing.T, mnt string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, shaleBin, "umount", mnt).CombinedOutput()
-	if err == nil && fsTypeAt(mnt) == "" {
+	r := runTool(t, "/", hangGuard(t, time.Minute), shaleBin, "umount", mnt)
+	if r.err == nil && fsTypeAt(mnt) == "" {
 		return
 	}
-	t.Errorf("shale umount %s: %v\n%s", mnt, err, out)
+	r.report(t, "shale umount "+mnt)
 	if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
 		t.Errorf("umount -l %s: %v\n%s", mnt, err, out)
 	}
@@ -159,22 +163,99 @@ func alive(t *testing.T, m mount) {
 	}
 }
 
-// runTool runs a tool with a hard deadline and returns its combined output.
-func runTool(t *testing.T, dir string, limit time.Duration, name string, args ...string) (string, error) {
+// A toolRun is the outcome of runTool.
+type toolRun struct {
+	out   string
+	err   error
+	guard time.Duration
+	hung  bool   // the hang guard ended the run
+	procs string // the tool's processes then, with state and wait channel
+}
+
+// runTool runs a tool in its own process group. guard is a hang guard,
+// not a time budget: callers bound the tool's work by operation counts.
+// When it expires, the group's processes are recorded (a process in state
+// D waiting in fuse points at the mount, one in state R at a starved
+// machine) and killed.
+func runTool(t *testing.T, dir string, guard time.Duration, name string, args ...string) toolRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	r := toolRun{guard: guard}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	cmd.WaitDelay = 5 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		r.hung, r.procs = true, groupProcs(cmd.Process.Pid)
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 30 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("killed after %v (limit %v): %w", time.Since(start).Round(time.Second), limit, err)
+	r.err = cmd.Run()
+	r.out = out.String()
+	if r.hung && r.err == nil {
+		r.err = errors.New("killed by the hang guard")
 	}
-	return out.String(), err
+	return r
+}
+
+// report fails t with what went wrong in the run: a hang, or the tool's
+// own failure and output.
+func (r toolRun) report(t *testing.T, what string) {
+	t.Helper()
+	if r.hung {
+		t.Errorf("hang: %s did not finish within its %v hang guard. This is not a time budget: "+
+			"the work is bounded by operation counts, so a slow machine only makes it longer. "+
+			"Its processes when the guard expired (pid, command, state, wait channel):\n%s\noutput so far:\n%s",
+			what, r.guard, r.procs, r.out)
+		return
+	}
+	t.Errorf("%s: %v\n%s", what, r.err, r.out)
+}
+
+func (r toolRun) fatal(t *testing.T, what string) {
+	t.Helper()
+	r.report(t, what)
+	t.FailNow()
+}
+
+// hangGuard returns limit, or less if the test binary's deadline (go test
+// -timeout) comes sooner: a guard that expires is reported as a hang,
+// where the binary's own timeout would only panic.
+func hangGuard(t *testing.T, limit time.Duration) time.Duration {
+	d, ok := t.Deadline()
+	if !ok {
+		return limit
+	}
+	return max(min(limit, time.Until(d)-30*time.Second), 10*time.Second)
+}
+
+// groupProcs lists the processes of process group pgid: pid, command,
+// state and the kernel function it waits in.
+func groupProcs(pgid int) string {
+	var b strings.Builder
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		st, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces.
+		i := bytes.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		pid := filepath.Base(filepath.Dir(p))
+		comm := string(st[bytes.IndexByte(st, '(')+1 : i])
+		wchan, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "wchan"))
+		fmt.Fprintf(&b, "  %s %s %s %s\n", pid, comm, f[0], wchan)
+	}
+	return b.String()
 }
 
 var (
@@ -262,8 +343,8 @@ func fileSum(p string) ([32]byte, error) {
 	return sum, nil
 }
 
-// fioJobs are the verify workloads; each finishes in seconds on a disk,
-// and each is bounded by fioLimit.
+// fioJobs are the verify workloads, bounded by size (--size per job, one
+// pass): each finishes in seconds on an idle disk.
 var fioJobs = []struct {
 	name string
 	args []string
@@ -275,7 +356,9 @@ var fioJobs = []struct {
 	{"randwrite-libaio-64k", []string{"--rw=randwrite", "--bs=64k", "--size=128m", "--numjobs=1", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--verify=sha256"}},
 }
 
-const fioLimit = 60 * time.Second
+// toolGuard is the hang guard of one fio job or stress-ng group, some ten
+// times what each takes on a loaded machine.
+const toolGuard = 5 * time.Minute
 
 func testFio(t *testing.T, mountFlags ...string) {
 	requireTool(t, "fio")
@@ -287,11 +370,16 @@ func testFio(t *testing.T, mountFlags ...string) {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			// No --runtime: fio would stop writing when it expires and
+			// verify less on a slower machine.
 			args := append([]string{"--name=" + j.name, "--directory=" + dir,
 				"--do_verify=1", "--verify_fatal=1", "--verify_dump=0",
-				"--group_reporting", "--runtime=50"}, j.args...)
-			out, err := runTool(t, state, fioLimit, "fio", args...)
-			checkFio(t, j.name, out, err)
+				"--group_reporting"}, j.args...)
+			r := runTool(t, state, hangGuard(t, toolGuard), "fio", args...)
+			if r.hung {
+				r.fatal(t, "fio "+j.name)
+			}
+			checkFio(t, j.name, r.out, r.err)
 			alive(t, m)
 			sameContent(t, m, j.name)
 			if err := os.RemoveAll(dir); err != nil {
@@ -308,62 +396,85 @@ func TestFioVerify(t *testing.T) { testFio(t) }
 // TestFioVerifyNoPassthrough does the same with file data served by shale.
 func TestFioVerifyNoPassthrough(t *testing.T) { testFio(t, "--no-passthrough") }
 
+// A stressor is a stress-ng stressor and the bogo operations it must
+// complete, about ten seconds' worth on an idle 2-core machine.
+type stressor struct {
+	name string
+	ops  int
+}
+
 // Stressors meaningful on a FUSE loop view, in two groups so that two
 // cores are not swamped. Left out: fiemap (FUSE has no FIEMAP, stress-ng
 // skips it), inode-flags (FS_IOC_GETFLAGS ioctls), chattr, verity,
-// dnotify/fanotify/inotify (not file system operations of ours).
+// dnotify/fanotify/inotify (not file system operations of ours), and
+// fpunch, whose parent process sleeps for the whole --timeout whatever
+// --fpunch-ops says (stress-ng 0.15), so it cannot be bounded by
+// operations; the fallocate stressor punches holes too (PUNCH_HOLE,
+// ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE), as does the conformance
+// suite's fallocate case.
 var stressGroups = []struct {
 	name      string
-	stressors []string
+	stressors []stressor
 }{
-	{"data", []string{"hdd", "mmap", "seek", "readahead", "revio", "aio", "iomix",
-		"fallocate", "fpunch", "sync-file", "copy-file", "fsize", "xattr", "lease"}},
-	{"metadata", []string{"dir", "dirdeep", "dirmany", "dentry", "rename", "link",
-		"symlink", "mknod", "chmod", "chown", "utime", "touch", "open", "fstat",
-		"getdent", "access", "filename", "fcntl", "flock", "lockf", "locka",
-		"lockofd", "chdir"}},
+	{"data", []stressor{{"hdd", 4000}, {"mmap", 2}, {"seek", 600}, {"readahead", 2000},
+		{"revio", 10000}, {"aio", 10000}, {"iomix", 8000}, {"fallocate", 60},
+		{"sync-file", 50}, {"copy-file", 240}, {"fsize", 120}, {"xattr", 16}, {"lease", 800}}},
+	// link, symlink and chdir count one operation per 8192 links or
+	// directories made and removed.
+	{"metadata", []stressor{{"dir", 1000}, {"dirdeep", 400}, {"dirmany", 1600},
+		{"dentry", 1400}, {"rename", 800}, {"link", 1}, {"symlink", 1}, {"mknod", 700},
+		{"chmod", 100}, {"chown", 400}, {"utime", 1200}, {"touch", 2600}, {"open", 3000},
+		{"fstat", 5000}, {"getdent", 26000}, {"access", 300}, {"filename", 120},
+		{"fcntl", 600}, {"flock", 36000}, {"lockf", 7000}, {"locka", 16000},
+		{"lockofd", 15000}, {"chdir", 1}}},
 }
 
-const stressTime = 20 * time.Second
-
 var (
-	stressBadRe    = regexp.MustCompile(`(?i)\b(fail|failed|error|errors|skipping|skipped|untrustworthy|aborted|killed)\b`)
+	// stressBadRe: messages at the fail, error and warn levels, and
+	// words stress-ng prints at the info level for a stressor that did
+	// not run as asked ("skipping stressor", "finished prematurely",
+	// "terminated with unexpected signal").
+	stressBadRe    = regexp.MustCompile(`(?i)stress-ng: (fail|error|warn):|\b(fail|failed|error|errors|skipping|skipped|untrustworthy|aborted|killed|terminated|prematurely)\b`)
 	stressMetricRe = regexp.MustCompile(`metrc: \[\d+\]\s+(\S+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+`)
 )
 
-// TestStressNG runs stress-ng's file system stressors on the mount.
+// TestStressNG runs stress-ng's file system stressors on the mount, each
+// until it has done its operations.
 func TestStressNG(t *testing.T) {
 	requireTool(t, "stress-ng")
+	if os.Geteuid() != 0 {
+		t.Fatalf("the chown stressor needs root; run the stress test as root")
+	}
 	for _, g := range stressGroups {
 		t.Run(g.name, func(t *testing.T) {
 			m := mountShale(t)
+			// No --timeout: stress-ng's default (a day) leaves the
+			// stressors to end on their operation counts; an expiring
+			// timeout would cut them short on a slow machine (the
+			// readahead stressor then reports "expired during test
+			// setup" and no work).
+			args := []string{"--temp-path", m.mnt, "--metrics-brief", "--verify"}
 			for _, s := range g.stressors {
-				if s == "chown" && os.Geteuid() != 0 {
-					t.Fatalf("the chown stressor needs root; run the stress test as root")
-				}
-			}
-			args := []string{"--temp-path", m.mnt, "--timeout", fmt.Sprint(int(stressTime.Seconds())) + "s",
-				"--metrics-brief", "--verify"}
-			for _, s := range g.stressors {
-				args = append(args, "--"+s, "1")
+				args = append(args, "--"+s.name, "1", fmt.Sprintf("--%s-ops", s.name), strconv.Itoa(s.ops))
 			}
 			// The open stressor otherwise opens files until it hits its
 			// descriptor limit, and the daemon, holding one descriptor per
 			// open file, hits the same limit: that starves every FUSE
 			// file system alike and says nothing about shale.
 			args = append(args, "--open-max", "2000")
-			out, err := runTool(t, m.mnt, stressTime+60*time.Second, "stress-ng", args...)
-			bad := err != nil
-			if err != nil {
-				t.Errorf("stress-ng %s: %v", g.name, err)
+			r := runTool(t, m.mnt, hangGuard(t, toolGuard), "stress-ng", args...)
+			if r.hung {
+				r.fatal(t, "stress-ng "+g.name)
 			}
-			ran := map[string]bool{}
-			for _, line := range strings.Split(out, "\n") {
+			bad := r.err != nil
+			if r.err != nil {
+				t.Errorf("stress-ng %s: %v", g.name, r.err)
+			}
+			done := map[string]int{}
+			for _, line := range strings.Split(r.out, "\n") {
 				if mm := stressMetricRe.FindStringSubmatch(line); mm != nil {
 					t.Logf("%s", strings.TrimSpace(line))
-					if mm[2] != "0" {
-						ran[mm[1]] = true
-					}
+					done[mm[1]], _ = strconv.Atoi(mm[2])
 					continue
 				}
 				if strings.Contains(line, "successful run completed") {
@@ -375,13 +486,17 @@ func TestStressNG(t *testing.T) {
 				}
 			}
 			for _, s := range g.stressors {
-				if !ran[s] {
+				switch n, ok := done[s.name]; {
+				case !ok:
 					bad = true
-					t.Errorf("stressor %s did no work (0 bogo ops or missing from the metrics)", s)
+					t.Errorf("stressor %s is missing from the metrics", s.name)
+				case n < s.ops:
+					bad = true
+					t.Errorf("stressor %s did only %d of its %d operations", s.name, n, s.ops)
 				}
 			}
 			if bad {
-				t.Logf("full stress-ng output:\n%s", out)
+				t.Logf("full stress-ng output:\n%s", r.out)
 			}
 			alive(t, m)
 			if ents, err := os.ReadDir(m.mnt); err == nil && len(ents) > 0 {
@@ -449,7 +564,8 @@ func TestManyFiles(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	guard := hangGuard(t, toolGuard)
+	deadline := time.Now().Add(guard)
 	for i := 0; i < n; i++ {
 		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("f%06d", i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -458,7 +574,7 @@ func TestManyFiles(t *testing.T) {
 		}
 		f.Close()
 		if time.Now().After(deadline) {
-			t.Fatalf("created only %d of %d files in 60s", i+1, n)
+			t.Fatalf("hang: created only %d of %d files within the %v hang guard (not a time budget: on a slow machine the files only take longer)", i+1, n, guard)
 		}
 	}
 	ents, err := os.ReadDir(dir)
