@@ -9,12 +9,13 @@ import (
 	"fmt"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 	"github.com/shalefs/shale/wrap"
 )
 
 // Layer is an open crypt file system: the ciphers keyed from its master
 // key. It implements the wrap hooks BlockCodec, FileHeader, NameCodec,
-// DirIDer and LinkCodec; all methods are safe for concurrent use
+// DirIDer and LinkCodec (Stack gives them to wrap by name); all methods are safe for concurrent use
 // (cipher.AEAD and cipher.Block are).
 type Layer struct {
 	content cipher.AEAD // AES-256-GCM, 16-byte nonces: file blocks
@@ -22,20 +23,40 @@ type Layer struct {
 	links   cipher.AEAD // AES-256-GCM, 12-byte nonces: symlink targets
 }
 
-// Layer provides every hook crypt needs; a change in wrap's interfaces
-// breaks the build here rather than silently dropping a hook.
-var (
-	_ wrap.BlockCodec = (*Layer)(nil)
-	_ wrap.FileHeader = (*Layer)(nil)
-	_ wrap.NameCodec  = (*Layer)(nil)
-	_ wrap.DirIDer    = (*Layer)(nil)
-	_ wrap.LinkCodec  = (*Layer)(nil)
-)
-
 // Stack builds the encrypted view over lower, the root of LOWER (the
-// directory Open read the config from) as a layer.
-func (l *Layer) Stack(ctx context.Context, lower layer.Node) (layer.Node, error) {
-	return wrap.New(ctx, lower, l)
+// directory Open read the config from), as a layer of st.
+func (l *Layer) Stack(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
+	return wrap.New(ctx, st, lower, wrap.Hooks{Blocks: l, Header: l, Names: l, Dirs: l, Links: l})
+}
+
+func init() {
+	stack.Register(stack.Kind{
+		Name:    "crypt",
+		Short:   "encrypt data, names and symlinks (needs shale init --layer crypt LOWER first)",
+		Options: map[string]string{"passfile": "read the passphrase from the first line of this file (default: ask)"},
+		// The passphrase is asked for, and checked, where the user can
+		// answer: before a mount goes to the background.
+		Prepare: func(p stack.Prep) ([]byte, error) {
+			if p.Passphrase == nil {
+				return nil, fmt.Errorf("crypt over %s needs its passphrase", p.Dir)
+			}
+			pass, err := p.Passphrase(p.Layer.Options["passfile"], "passphrase for "+p.Dir)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := Open(p.Dir, pass); err != nil {
+				return nil, err
+			}
+			return pass, nil
+		},
+		Open: func(ctx context.Context, st *stack.Stack, lower layer.Node, dir string, sl stack.Layer) (layer.Node, error) {
+			l, err := Open(dir, sl.Secret)
+			if err != nil {
+				return nil, err
+			}
+			return l.Stack(ctx, st, lower)
+		},
+	})
 }
 
 // masterKeySize is the size of the random master key kept in shale.conf.

@@ -37,14 +37,14 @@ func standIn(stored []byte) (sidecar, target string) {
 
 // mountStack mounts the layer of a new stack. Entries and attributes are
 // not cached by the kernel, so every stat reaches the layer.
-func mountStack(t *testing.T) (*stack, string) {
+func mountStack(t *testing.T) (*tstack, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts FUSE file systems: run it as root")
 	}
 	s := newStack(t)
 	mnt := t.TempDir()
-	srv, err := fuseview.Mount(mnt, s.root, fuseview.Options{Source: s.lower})
+	srv, err := fuseview.Mount(mnt, s.st, s.root, fuseview.Options{Source: s.lower})
 	if err != nil {
 		t.Fatal(err)
 	}

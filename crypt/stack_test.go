@@ -13,6 +13,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // The layer stacked by the wrap template over hostfs, driven through the
@@ -20,33 +21,35 @@ import (
 
 var ctx = context.Background()
 
-type stack struct {
+type tstack struct {
+	st    *stack.Stack
 	t     *testing.T
 	l     *Layer
 	lower string
 	root  layer.Node
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T) *tstack {
 	t.Helper()
 	lower := initDir(t, "p")
 	l, err := Open(lower, []byte("p"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hroot, err := hostfs.New(lower)
+	st := stack.New(stack.Options{})
+	hroot, err := hostfs.New(st, lower)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := l.Stack(ctx, hroot)
+	root, err := l.Stack(ctx, st, hroot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Forget(); hroot.Forget() })
-	return &stack{t: t, l: l, lower: lower, root: root}
+	return &tstack{st: st, t: t, l: l, lower: lower, root: root}
 }
 
-func (s *stack) create(dir layer.Node, name string, data []byte) layer.Node {
+func (s *tstack) create(dir layer.Node, name string, data []byte) layer.Node {
 	s.t.Helper()
 	var a layer.Attr
 	n, h, e := dir.Create(ctx, name, syscall.O_WRONLY|syscall.O_EXCL, 0o644, &a)
@@ -61,7 +64,7 @@ func (s *stack) create(dir layer.Node, name string, data []byte) layer.Node {
 }
 
 // read reads n bytes at off of dir/name.
-func (s *stack) read(dir layer.Node, name string, off int64, n int) ([]byte, layer.Errno) {
+func (s *tstack) read(dir layer.Node, name string, off int64, n int) ([]byte, layer.Errno) {
 	s.t.Helper()
 	var a layer.Attr
 	c, e := dir.Lookup(ctx, name, &a)
@@ -79,7 +82,7 @@ func (s *stack) read(dir layer.Node, name string, off int64, n int) ([]byte, lay
 	return buf[:k], e
 }
 
-func (s *stack) list(dir layer.Node) []string {
+func (s *tstack) list(dir layer.Node) []string {
 	s.t.Helper()
 	d, e := dir.OpenDir(ctx)
 	if e != 0 {
@@ -104,7 +107,7 @@ func (s *stack) list(dir layer.Node) []string {
 }
 
 // lowerPath is the host path of name in the root directory.
-func (s *stack) lowerPath(name string) string {
+func (s *tstack) lowerPath(name string) string {
 	s.t.Helper()
 	id, err := os.ReadFile(filepath.Join(s.lower, dirIDName))
 	if err != nil {
@@ -204,7 +207,7 @@ func TestStack(t *testing.T) {
 }
 
 // patch changes the lower file of name in place.
-func (s *stack) patch(name string, f func(b []byte) []byte) {
+func (s *tstack) patch(name string, f func(b []byte) []byte) {
 	s.t.Helper()
 	p := s.lowerPath(name)
 	b, err := os.ReadFile(p)

@@ -54,7 +54,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	defer h.v.busy(h.tok)()
+	defer h.v.cached.Busy(h.tok)()
 	k, e := h.h.Write(h.v.caller(ctx), data, off)
 	return uint32(k), e
 }
@@ -70,7 +70,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(h.v.caller(ctx)) }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	defer h.v.busy(h.tok)()
+	defer h.v.cached.Busy(h.tok)()
 	return h.h.Allocate(h.v.caller(ctx), int64(off), int64(size), mode)
 }
 

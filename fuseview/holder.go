@@ -9,68 +9,8 @@ import (
 )
 
 // A view is a coherence holder: the kernel caches the attributes, pages
-// and names of the inodes it knows, and the view invalidates them when
-// another view, or a program beside the stack, changes the file.
-
-// known records in under its token. A token may have several inodes for
-// a moment: go-fuse discards a new inode for a file it already knows
-// (hard links, racing lookups), and a discarded one is never forgotten, so
-// the list drops inodes the kernel does not hold.
-func (v *view) known(in *inode) {
-	tok := in.node().Token()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	ins := v.byToken[tok][:0:0]
-	for _, o := range v.byToken[tok] {
-		if !o.Forgotten() {
-			ins = append(ins, o)
-		}
-	}
-	v.byToken[tok] = append(ins, in)
-}
-
-func (v *view) forgotten(in *inode) {
-	tok := in.node().Token()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	ins := v.byToken[tok]
-	for i, o := range ins {
-		if o == in {
-			ins = append(ins[:i:i], ins[i+1:]...)
-			break
-		}
-	}
-	if len(ins) == 0 {
-		delete(v.byToken, tok)
-	} else {
-		v.byToken[tok] = ins
-	}
-}
-
-func (v *view) inodes(tok layer.Token) []*inode {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return append([]*inode(nil), v.byToken[tok]...)
-}
-
-// busy marks a request of this view at work on tok until the returned
-// function runs. While it is, the kernel may hold locks of tok's inode
-// (its pages during a WRITE, a directory's lock during a create) until we
-// reply, so an invalidation of tok must not be waited for: if that request
-// is itself waiting to invalidate another view where our own requester
-// holds the locks, neither could go on.
-func (v *view) busy(tok layer.Token) func() {
-	v.mu.Lock()
-	v.inflight[tok]++
-	v.mu.Unlock()
-	return func() {
-		v.mu.Lock()
-		if v.inflight[tok]--; v.inflight[tok] == 0 {
-			delete(v.inflight, tok)
-		}
-		v.mu.Unlock()
-	}
-}
+// and names of the inodes it knows (view.cached), and the view invalidates
+// them when another view, or a program beside the stack, changes the file.
 
 // Invalidate drops what the kernel caches about ev's file, before it
 // returns unless a request of this view is at work on the file (busy).
@@ -79,10 +19,8 @@ func (v *view) Invalidate(ev layer.Event) {
 		go v.invalidateAll()
 		return
 	}
-	v.mu.Lock()
-	busy := v.inflight[ev.Token] > 0
-	v.mu.Unlock()
-	for _, in := range v.inodes(ev.Token) {
+	busy := v.cached.IsBusy(ev.Token)
+	for _, in := range v.cached.Of(ev.Token) {
 		if in.Forgotten() {
 			continue
 		}
@@ -115,13 +53,7 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 // invalidateAll drops every attribute, page and entry the kernel holds of
 // this view, when changes were lost.
 func (v *view) invalidateAll() {
-	v.mu.Lock()
-	var all []*inode
-	for _, ins := range v.byToken {
-		all = append(all, ins...)
-	}
-	v.mu.Unlock()
-	for _, in := range all {
+	for _, in := range v.cached.All() {
 		if in.Forgotten() {
 			continue
 		}

@@ -37,14 +37,14 @@ func (h *held) release() {
 func (v *view) newInode(n layer.Node) *inode {
 	in := &inode{v: v, h: &held{n: n}}
 	runtime.AddCleanup(in, (*held).release, in.h)
-	v.known(in)
+	v.cached.Add(n.Token(), in, (*inode).Forgotten)
 	return in
 }
 
 func (i *inode) node() layer.Node { return i.h.n }
 
 func (i *inode) OnForget() {
-	i.v.forgotten(i)
+	i.v.cached.Remove(i.node().Token(), i)
 	i.h.release()
 }
 
@@ -115,7 +115,7 @@ func (i *inode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut)
 }
 
 func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	var s layer.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Valid |= layer.SetMode
@@ -154,7 +154,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Mkdir(i.v.creator(ctx), name, mode, &a)
 	if e != 0 {
@@ -164,7 +164,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Mknod(i.v.creator(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
@@ -174,7 +174,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	var a layer.Attr
 	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
@@ -184,7 +184,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	t, ok := target.(*inode)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -198,7 +198,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	var a layer.Attr
 	c, h, e := i.node().Create(i.v.creator(ctx), name, flags, mode, &a)
 	if e != 0 {
@@ -208,12 +208,12 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	defer i.v.busy(i.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
 	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
@@ -222,8 +222,8 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
-	defer i.v.busy(i.node().Token())()
-	defer i.v.busy(p.node().Token())()
+	defer i.v.cached.Busy(i.node().Token())()
+	defer i.v.cached.Busy(p.node().Token())()
 	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 

@@ -12,7 +12,6 @@ import (
 	"log"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // Options tune a view.
@@ -39,11 +39,11 @@ type Options struct {
 	Source string
 	// Debug logs every FUSE request.
 	Debug bool
-	// Coherence, if set, is the stack's manager: the view registers with
-	// it and drops the kernel's caches when other views or programs beside
-	// the stack change files.
-	Coherence *coherence.Manager
-	// KeepCache keeps the page cache across opens (safe with Coherence).
+	// Coherent registers the view with its stack's manager: it drops the
+	// kernel's caches when other views or programs beside the stack change
+	// files.
+	Coherent bool
+	// KeepCache keeps the page cache across opens (safe when Coherent).
 	KeepCache bool
 }
 
@@ -57,18 +57,19 @@ type view struct {
 	// layer in the stack reshapes data), so Data events' ranges apply.
 	sameOffsets bool
 
-	mu       sync.Mutex
-	byToken  map[layer.Token][]*inode
-	inflight map[layer.Token]int // requests at work, by file (holder.go)
+	cached coherence.Held[*inode] // the inodes the kernel holds (holder.go)
 }
 
-// Mount mounts root at dir and starts serving it. The returned server's
-// Wait returns when the mount goes away. root remains the caller's: the
-// view never calls its Forget, so several views may serve one root.
-func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
-	v := &view{opts: o, byToken: map[layer.Token][]*inode{}, inflight: map[layer.Token]int{}}
-	if o.Coherence != nil {
-		v.id = o.Coherence.Register(v)
+// Mount mounts root, a node of st, at dir and starts serving it. The
+// returned server's Wait returns when the mount goes away. root remains
+// the caller's: the view never calls its Forget, so several views may
+// serve one root.
+func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Server, error) {
+	v := &view{opts: o}
+	var m *coherence.Manager
+	if o.Coherent {
+		m = st.Manager()
+		v.id = m.Register(v)
 	}
 	if r, ok := root.(layer.OffsetKeeper); ok {
 		v.sameOffsets = r.KeepsOffsets()
@@ -102,7 +103,7 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	// need not be told of names it never had (holder.go), which would cost
 	// a notification per name created through any other view.
 	negative := o.Timeout
-	if o.Coherence != nil {
+	if o.Coherent {
 		negative = 0
 	}
 	fo := &fs.Options{
@@ -126,15 +127,15 @@ func Mount(dir string, root layer.Node, o Options) (*fuse.Server, error) {
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
-		if o.Coherence != nil {
-			o.Coherence.Unregister(v.id)
+		if m != nil {
+			m.Unregister(v.id)
 		}
 		return nil, err
 	}
-	if o.Coherence != nil {
+	if m != nil {
 		go func() {
 			server.Wait()
-			o.Coherence.Unregister(v.id)
+			m.Unregister(v.id)
 		}()
 	}
 	raiseReadahead(dir, mo.MaxReadAhead)

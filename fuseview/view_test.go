@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/stack"
 )
 
 // One process serves two mounts of one lower directory: what is written
@@ -25,14 +26,15 @@ func TestTwoMountsInOneProcess(t *testing.T) {
 		t.Fatal("this test mounts FUSE file systems: run it as root")
 	}
 	lower := t.TempDir()
-	root, err := hostfs.New(lower)
+	st := stack.New(stack.Options{})
+	root, err := hostfs.New(st, lower)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mnts [2]string
 	for i := range mnts {
 		mnts[i] = t.TempDir()
-		srv, err := Mount(mnts[i], root, Options{Timeout: 0, AllowOther: true, Passthrough: true, Source: lower})
+		srv, err := Mount(mnts[i], st, root, Options{Timeout: 0, AllowOther: true, Passthrough: true, Source: lower})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,12 +102,13 @@ func TestPassthroughServesTheHostFile(t *testing.T) {
 	}
 	for _, pt := range []bool{true, false} {
 		lower := t.TempDir()
-		root, err := hostfs.New(lower)
+		st := stack.New(stack.Options{})
+		root, err := hostfs.New(st, lower)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mnt := t.TempDir()
-		srv, err := Mount(mnt, root, Options{Timeout: time.Second, Passthrough: pt, Source: lower})
+		srv, err := Mount(mnt, st, root, Options{Timeout: time.Second, Passthrough: pt, Source: lower})
 		if err != nil {
 			t.Fatal(err)
 		}

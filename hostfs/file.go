@@ -50,7 +50,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 // Flush closes a duplicate so that a lower file system that reports
 // errors on close (NFS, FUSE) reports them to the closing process.
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
-	f.fs.locks.Release(f.tok, owner, false)
+	f.fs.st.Locks().Release(f.tok, owner, false)
 	// Its locks are gone: Release must not drop ones it takes later
 	// through another open file.
 	f.mu.Lock()
@@ -76,7 +76,7 @@ func (f *file) Release(ctx context.Context) layer.Errno {
 	// locks before the last close, so releasing every owner is safe.
 	f.mu.Lock()
 	for _, o := range f.owners {
-		f.fs.locks.Release(f.tok, o.owner, o.flock)
+		f.fs.st.Locks().Release(f.tok, o.owner, o.flock)
 	}
 	f.mu.Unlock()
 	err := unix.Close(f.fd)
@@ -113,12 +113,12 @@ func (f *file) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, d
 // Locks live in the FS's table, not in the host: the host would see one
 // owner, the descriptor shale holds, for every process.
 func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
-	f.fs.locks.Get(f.tok, owner, lk)
+	f.fs.st.Locks().Get(f.tok, owner, lk)
 	return 0
 }
 
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
-	e := f.fs.locks.Set(ctx, f.tok, owner, lk, wait)
+	e := f.fs.st.Locks().Set(ctx, f.tok, owner, lk, wait)
 	if e == 0 && lk.Type != syscall.F_UNLCK {
 		o := lockOwner{owner, lk.Flock}
 		f.mu.Lock()

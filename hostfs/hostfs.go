@@ -29,7 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
-	"github.com/shalefs/shale/lock"
+	"github.com/shalefs/shale/stack"
 )
 
 // FS is a host directory served as a layer.
@@ -37,22 +37,12 @@ type FS struct {
 	dir     string
 	rootDev uint64
 	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
-	locks   lock.Table
 	fds     *fdCache
-	events  layer.Events
-	data    [64]sync.RWMutex // DataLock stripes
-}
-
-// DataLock is the stack-wide data lock of tok (layer.DataLocker).
-func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
-	return &n.fs.data[(tok.Ino^tok.Gen)%uint64(len(n.fs.data))]
+	st      *stack.Stack // raises its events, keeps its locks
 }
 
 // KeepsOffsets: the FS is the bottom of its stack.
 func (n *node) KeepsOffsets() bool { return true }
-
-// Events are raised for every change made through the FS.
-func (n *node) Events() *layer.Events { return &n.fs.events }
 
 // raise tells subscribers that tok changed, on behalf of ctx's view.
 func (fs *FS) raise(ctx context.Context, kind layer.EventKind, tok layer.Token, name string) {
@@ -61,17 +51,17 @@ func (fs *FS) raise(ctx context.Context, kind layer.EventKind, tok layer.Token, 
 
 // raiseRange is raise for a change of len bytes at off (len 0: all).
 func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.Token, name string, off, len int64) {
-	if !fs.events.Active() {
+	if !fs.st.Events().Active() {
 		return
 	}
 	c, _ := layer.CallerOf(ctx)
-	fs.events.RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View, Off: off, Len: len})
+	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View, Off: off, Len: len})
 }
 
 // raiseGone tells subscribers about the file that name in dirfd is before
 // it is removed or replaced: its link count will change.
 func (fs *FS) raiseGone(ctx context.Context, dirfd int, name string) {
-	if !fs.events.Active() {
+	if !fs.st.Events().Active() {
 		return
 	}
 	var st unix.Statx_t
@@ -80,9 +70,9 @@ func (fs *FS) raiseGone(ctx context.Context, dirfd int, name string) {
 	}
 }
 
-// New opens dir and returns its root node. It clears the process's umask:
-// callers' umasks are applied per request (newMode).
-func New(dir string) (layer.Node, error) {
+// New opens dir as the bottom of st and returns its root node. It clears
+// the process's umask: callers' umasks are applied per request (newMode).
+func New(s *stack.Stack, dir string) (layer.Node, error) {
 	// Callers' modes arrive unmasked with their umask beside (newMode);
 	// the process's own umask would mask them a second time.
 	unix.Umask(0)
@@ -90,7 +80,7 @@ func New(dir string) (layer.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0, fds: newFdCache(fd)}
+	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0, fds: newFdCache(fd), st: s}
 	var st unix.Statx_t
 	if err := statx(fd, &st); err != nil {
 		unix.Close(fd)
@@ -522,3 +512,6 @@ func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
 	defer n.fs.raise(ctx, layer.Attrs, n.token, "")
 	return n.withPath(func(p string) error { return unix.Removexattr(p, name) })
 }
+
+// A local directory is the bottom of stacks whose lower has no scheme.
+func init() { stack.RegisterBackend(stack.Backend{Scheme: "", Open: New}) }

@@ -12,12 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 func newFS(t *testing.T) (string, layer.Node) {
 	t.Helper()
 	dir := t.TempDir()
-	root, err := New(dir)
+	root, err := New(stack.New(stack.Options{}), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

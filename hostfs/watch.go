@@ -54,7 +54,7 @@ func (fs *FS) watch(f *os.File) {
 			mask := binary.NativeEndian.Uint64(b[8:])
 			pid := int32(binary.NativeEndian.Uint32(b[20:]))
 			if mask&unix.FAN_Q_OVERFLOW != 0 {
-				fs.events.Raise(layer.Event{Kind: layer.Everything})
+				fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
 			} else if pid != self {
 				fs.noticed(mask, b[metaLen:evLen])
 			}
@@ -105,14 +105,14 @@ func (fs *FS) noticed(mask uint64, info []byte) {
 		}
 	}
 	if dir != nil && mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_MOVED_FROM|unix.FAN_MOVED_TO) != 0 {
-		fs.events.Raise(layer.Event{Kind: layer.Entries, Token: *dir, Name: name})
+		fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: *dir, Name: name})
 	}
 	if object != nil {
 		kind := layer.Attrs
 		if mask&unix.FAN_MODIFY != 0 {
 			kind = layer.Data
 		}
-		fs.events.Raise(layer.Event{Kind: kind, Token: *object})
+		fs.st.Events().Raise(layer.Event{Kind: kind, Token: *object})
 	}
 }
 

@@ -62,26 +62,12 @@ func (s *Events) Raise(ev Event) {
 	}
 }
 
-// EventSource is implemented by nodes of a stack whose bottom raises
-// events: every node of the stack returns the same Events.
-type EventSource interface {
-	Events() *Events
-}
-
 // NameTranslator is implemented by nodes of layers that change names: for
 // a directory, it maps a name that an event from the bottom of the stack
 // carries (the name in the lower namespace of this directory) to this
 // layer's name, or ok=false if it has none (the layer's own files).
 type NameTranslator interface {
 	UpperName(ctx context.Context, lowerName string) (name string, ok bool)
-}
-
-// DataLocker is implemented by the bottom of a stack, and forwarded by
-// layers: the lock that orders reads and read-modify-writes of a file's
-// data across every layer and every view of the stack, so that one view's
-// partial-block write cannot undo another's.
-type DataLocker interface {
-	DataLock(tok Token) *sync.RWMutex
 }
 
 // Deferred holds the events raised while a request holds a lock that a

@@ -7,12 +7,23 @@ import (
 	"context"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 	"github.com/shalefs/shale/wrap"
 )
 
-// New stacks rot13 over lower.
-func New(ctx context.Context, lower layer.Node) (layer.Node, error) {
-	return wrap.New(ctx, lower, codec{})
+// New stacks rot13 over lower, in st.
+func New(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
+	return wrap.New(ctx, st, lower, wrap.Hooks{Blocks: codec{}})
+}
+
+func init() {
+	stack.Register(stack.Kind{
+		Name:  "rot13",
+		Short: "rot13 file data (the Wrapfs paper's first example)",
+		Open: func(ctx context.Context, st *stack.Stack, lower layer.Node, dir string, l stack.Layer) (layer.Node, error) {
+			return New(ctx, st, lower)
+		},
+	})
 }
 
 // codec is a wrap.BlockCodec; rot13 is its own inverse.

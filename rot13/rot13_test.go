@@ -11,6 +11,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -32,13 +33,14 @@ func TestRoundTrip(t *testing.T) {
 // Through the layer, the lower file holds the rot13 of what was written.
 func TestStoredAsRot13(t *testing.T) {
 	dir := t.TempDir()
-	lower, err := hostfs.New(dir)
+	st := stack.New(stack.Options{})
+	lower, err := hostfs.New(st, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lower.Forget()
 	ctx := context.Background()
-	root, err := New(ctx, lower)
+	root, err := New(ctx, st, lower)
 	if err != nil {
 		t.Fatal(err)
 	}

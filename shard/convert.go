@@ -13,8 +13,8 @@ import (
 // may chmod (owner or root).
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
 	var cur layer.Attr
-	if in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) == 0 || n.lower.Getattr(ctx, h, &cur) != 0 || !cur.IsDir() {
-		if e := n.lower.Setattr(ctx, h, in, out); e != 0 {
+	if in.Valid&(layer.SetMode|layer.SetUid|layer.SetGid) == 0 || n.Lower.Getattr(ctx, h, &cur) != 0 || !cur.IsDir() {
+		if e := n.Lower.Setattr(ctx, h, in, out); e != 0 {
 			return e
 		}
 		n.fixAttr(ctx, out)
@@ -51,7 +51,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 // setattrSame changes the attributes of a directory that stays as it is;
 // buckets follow a managed directory's owner, group and mode.
 func (n *node) setattrSame(ctx context.Context, st *dirState, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
-	if e := n.lower.Setattr(ctx, h, in, out); e != 0 || !st.managed {
+	if e := n.Lower.Setattr(ctx, h, in, out); e != 0 || !st.managed {
 		return e
 	}
 	if e := n.keepMark(ctx, h, out); e != 0 {
@@ -83,8 +83,8 @@ func (n *node) keepMark(ctx context.Context, h layer.Handle, out *layer.Attr) la
 		return 0
 	}
 	in := &layer.SetAttr{Valid: layer.SetMode, Mode: out.Mode&0o7777 | syscall.S_ISUID}
-	if e := n.lower.Setattr(asProcess(ctx), h, in, out); e != 0 {
-		n.fs.log.Error("shard: cannot set the mark again on a managed directory", "dir", n.lower.Token(), "err", e)
+	if e := n.Lower.Setattr(asProcess(ctx), h, in, out); e != 0 {
+		n.fs.log.Error("shard: cannot set the mark again on a managed directory", "dir", n.Lower.Token(), "err", e)
 		return e
 	}
 	return 0
@@ -95,7 +95,7 @@ func (n *node) keepMark(ctx context.Context, h layer.Handle, out *layer.Attr) la
 // whole and is finished on its next use. fs.conv is held exclusively.
 func (n *node) convert(ctx context.Context, st *dirState, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
 	var bad string
-	if e := readAll(ctx, n.lower, func(ent layer.DirEntry) {
+	if e := readAll(ctx, n.Lower, func(ent layer.DirEntry) {
 		if _, ok := bucketIndex(ent.Name); ok {
 			bad = ent.Name
 		}
@@ -104,10 +104,10 @@ func (n *node) convert(ctx context.Context, st *dirState, h layer.Handle, in *la
 	}
 	if bad != "" {
 		// It would read as a bucket once the directory is marked.
-		n.fs.log.Warn("shard: cannot mark a directory holding a name reserved for buckets; rename it first", "dir", n.lower.Token(), "name", bad)
+		n.fs.log.Warn("shard: cannot mark a directory holding a name reserved for buckets; rename it first", "dir", n.Lower.Token(), "name", bad)
 		return syscall.EINVAL
 	}
-	if e := n.lower.Setattr(ctx, h, in, out); e != 0 {
+	if e := n.Lower.Setattr(ctx, h, in, out); e != 0 {
 		return e
 	}
 	if e := n.keepMark(ctx, h, out); e != 0 {
@@ -121,7 +121,7 @@ func (n *node) convert(ctx context.Context, st *dirState, h layer.Handle, in *la
 	if e := n.finish(ctx, st); e != 0 {
 		return e
 	}
-	if e := n.lower.Getattr(ctx, h, out); e != 0 {
+	if e := n.Lower.Getattr(ctx, h, out); e != 0 {
 		return e
 	}
 	n.fixNlink(ctx, st, out)
@@ -149,7 +149,7 @@ func (n *node) settle(ctx context.Context, st *dirState) {
 func (n *node) finish(ctx context.Context, st *dirState) layer.Errno {
 	var names []string
 	var bs []int
-	if e := readAll(ctx, n.lower, func(ent layer.DirEntry) {
+	if e := readAll(ctx, n.Lower, func(ent layer.DirEntry) {
 		if b, ok := isBucket(ent); ok {
 			bs = append(bs, b)
 		} else {
@@ -169,11 +169,11 @@ func (n *node) finish(ctx context.Context, st *dirState) layer.Errno {
 		b, _ := place(name)
 		d, e := n.bucket(ctx, st, b, true)
 		if e == 0 {
-			e = n.lower.Rename(ctx, name, d, name, renameNoreplace)
+			e = n.Lower.Rename(ctx, name, d, name, renameNoreplace)
 			st.subdirsChanged(b)
 		}
 		if e != 0 && first == 0 {
-			n.fs.log.Error("shard: cannot move an entry into its bucket", "dir", n.lower.Token(), "name", name, "err", e)
+			n.fs.log.Error("shard: cannot move an entry into its bucket", "dir", n.Lower.Token(), "name", name, "err", e)
 			first = e
 		}
 	}
@@ -193,7 +193,7 @@ func (n *node) unconvert(ctx context.Context, st *dirState, h layer.Handle, in *
 		name string
 	}
 	var bs []int
-	if e := readAll(ctx, n.lower, func(ent layer.DirEntry) {
+	if e := readAll(ctx, n.Lower, func(ent layer.DirEntry) {
 		if b, ok := isBucket(ent); ok {
 			bs = append(bs, b)
 		}
@@ -218,13 +218,13 @@ func (n *node) unconvert(ctx context.Context, st *dirState, h layer.Handle, in *
 	}
 	if bad != "" {
 		// At the top level it would read as a bucket.
-		n.fs.log.Warn("shard: cannot unmark a directory holding a name reserved for buckets; rename it first", "dir", n.lower.Token(), "name", bad)
+		n.fs.log.Warn("shard: cannot unmark a directory holding a name reserved for buckets; rename it first", "dir", n.Lower.Token(), "name", bad)
 		return syscall.EINVAL
 	}
 	st.strays.Store(true)
 	for _, ent := range ents {
-		if e := ent.d.Rename(ctx, ent.name, n.lower, ent.name, renameNoreplace); e != 0 {
-			n.fs.log.Error("shard: cannot move an entry out of its bucket", "dir", n.lower.Token(), "name", ent.name, "err", e)
+		if e := ent.d.Rename(ctx, ent.name, n.Lower, ent.name, renameNoreplace); e != 0 {
+			n.fs.log.Error("shard: cannot move an entry out of its bucket", "dir", n.Lower.Token(), "name", ent.name, "err", e)
 			return e
 		}
 	}
@@ -233,11 +233,11 @@ func (n *node) unconvert(ctx context.Context, st *dirState, h layer.Handle, in *
 	st.t = newBuckets()
 	st.mu.Unlock()
 	for _, b := range bs {
-		if e := n.lower.Rmdir(ctx, bucketName(b)); e != 0 {
+		if e := n.Lower.Rmdir(ctx, bucketName(b)); e != 0 {
 			return e
 		}
 	}
-	if e := n.lower.Setattr(ctx, h, in, out); e != 0 {
+	if e := n.Lower.Setattr(ctx, h, in, out); e != 0 {
 		return e
 	}
 	st.mu.Lock()

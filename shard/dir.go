@@ -19,7 +19,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	}
 	defer n.fs.conv.RUnlock()
 	if !st.managed {
-		return n.lower.OpenDir(ctx)
+		return n.Lower.OpenDir(ctx)
 	}
 	s := &stream{n: n, st: st}
 	if e := s.readTop(ctx); e != 0 {
@@ -49,7 +49,7 @@ type stream struct {
 }
 
 func (s *stream) readTop(ctx context.Context) layer.Errno {
-	ls, e := s.n.lower.OpenDir(ctx)
+	ls, e := s.n.Lower.OpenDir(ctx)
 	if e != 0 {
 		return e
 	}
@@ -172,7 +172,7 @@ func (s *stream) Seek(ctx context.Context, off uint64) layer.Errno {
 
 // Fsync syncs the top level and every bucket.
 func (s *stream) Fsync(ctx context.Context, datasync bool) layer.Errno {
-	if e := syncDir(ctx, s.n.lower, datasync); e != 0 {
+	if e := syncDir(ctx, s.n.Lower, datasync); e != 0 {
 		return e
 	}
 	for b := range nBuckets {

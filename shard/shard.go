@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // fs is one shard layer.
@@ -23,29 +24,39 @@ type fs struct {
 	log *slog.Logger
 }
 
-// New stacks a shard layer over lower. lower stays the caller's: Forget on
-// the new root does not forget it.
-func New(ctx context.Context, lower layer.Node) (layer.Node, error) {
+// New stacks a shard layer over lower, in st. lower stays the caller's:
+// Forget on the new root does not forget it.
+func New(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
 	f := &fs{dirs: map[layer.Token]*dirState{}, log: slog.Default()}
-	return &node{fs: f, lower: lower, root: true}, nil
+	return f.node(lower, true), nil
+}
+
+func init() {
+	stack.Register(stack.Kind{
+		Name:  "shard",
+		Short: "huge flat directories kept in hashed subdirectories (Usenetfs); chmod u+s DIR marks one",
+		Open: func(ctx context.Context, st *stack.Stack, lower layer.Node, dir string, l stack.Layer) (layer.Node, error) {
+			return New(ctx, st, lower)
+		},
+	})
 }
 
 // node is a node of the layer over a node of the layer below. Only
 // directories hold a state.
 type node struct {
-	fs    *fs
-	lower layer.Node
-	root  bool
+	layer.PassThrough
+	fs   *fs
+	root bool
 
 	mu sync.Mutex
 	st *dirState // loaded on first use
 }
 
-func (f *fs) wrap(c layer.Node) layer.Node { return &node{fs: f, lower: c} }
+func (f *fs) wrap(c layer.Node) layer.Node { return f.node(c, false) }
 
-// Token is the lower node's: shard changes where names are kept, not the
-// files, so the lower inode numbers stay unique above.
-func (n *node) Token() layer.Token { return n.lower.Token() }
+func (f *fs) node(lower layer.Node, root bool) *node {
+	return &node{PassThrough: layer.PassThrough{Lower: lower}, fs: f, root: root}
+}
 
 func (n *node) Forget() {
 	n.mu.Lock()
@@ -56,7 +67,7 @@ func (n *node) Forget() {
 		n.fs.unref(st)
 	}
 	if !n.root {
-		n.lower.Forget()
+		n.Lower.Forget()
 	}
 }
 
@@ -100,7 +111,7 @@ func (n *node) enter2(ctx context.Context, d *node) (st, dst *dirState, e layer.
 // creating returns the lower directory where name is to be made in n.
 func (n *node) creating(ctx context.Context, st *dirState, name string) (layer.Node, int, layer.Errno) {
 	if !st.managed {
-		return n.lower, 0, 0
+		return n.Lower, 0, 0
 	}
 	b, e := where(name)
 	if e != 0 {
@@ -118,7 +129,7 @@ func (n *node) creating(ctx context.Context, st *dirState, name string) (layer.N
 // bucket, or, for a stray, the top level.
 func (n *node) existing(ctx context.Context, st *dirState, name string, op func(d layer.Node) layer.Errno) (int, layer.Errno) {
 	if !st.managed {
-		return 0, op(n.lower)
+		return 0, op(n.Lower)
 	}
 	b, e := where(name)
 	if e != 0 {
@@ -130,7 +141,7 @@ func (n *node) existing(ctx context.Context, st *dirState, name string, op func(
 	}
 	if e == syscall.ENOENT && st.strays.Load() {
 		if _, ok := bucketIndex(name); !ok {
-			e = op(n.lower)
+			e = op(n.Lower)
 		}
 	}
 	return b, e
@@ -162,11 +173,11 @@ func (n *node) changed(ctx context.Context, st *dirState, b int, dirs bool) {
 		st.subdirsChanged(b)
 	}
 	var a layer.Attr
-	n.lower.Setattr(ctx, nil, &layer.SetAttr{Valid: layer.SetMtimeNow}, &a)
+	n.Lower.Setattr(ctx, nil, &layer.SetAttr{Valid: layer.SetMtimeNow}, &a)
 }
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
-	if e := n.lower.Getattr(ctx, h, out); e != 0 {
+	if e := n.Lower.Getattr(ctx, h, out); e != 0 {
 		return e
 	}
 	n.fixAttr(ctx, out)
@@ -213,7 +224,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 
 // child wraps a node the layer below produced.
 func (n *node) child(ctx context.Context, c layer.Node, out *layer.Attr) layer.Node {
-	w := &node{fs: n.fs, lower: c}
+	w := n.fs.node(c, false)
 	w.fixAttrHeld(ctx, out)
 	return w
 }
@@ -234,7 +245,7 @@ func (n *node) make(ctx context.Context, name string, dir bool, out *layer.Attr,
 		return nil, e
 	}
 	n.changed(ctx, st, b, dir)
-	return &node{fs: n.fs, lower: c}, 0
+	return n.fs.node(c, false), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
@@ -261,7 +272,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return nil, syscall.EXDEV
 	}
 	return n.make(ctx, name, false, out, func(d layer.Node) (layer.Node, layer.Errno) {
-		return d.Link(ctx, t.lower, name, out)
+		return d.Link(ctx, t.Lower, name, out)
 	})
 }
 
@@ -378,34 +389,8 @@ func (n *node) rename(ctx context.Context, st *dirState, name string, d *node, d
 		return e
 	}
 	n.changed(ctx, st, fb, true)
-	if d.lower.Token() != n.lower.Token() || tb != fb {
+	if d.Lower.Token() != n.Lower.Token() || tb != fb {
 		d.changed(ctx, dst, tb, true)
 	}
 	return 0
-}
-
-func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) { return n.lower.Readlink(ctx) }
-
-func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
-	return n.lower.Open(ctx, flags)
-}
-
-func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
-	return n.lower.Statfs(ctx, out)
-}
-
-func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
-	return n.lower.Getxattr(ctx, name, dest)
-}
-
-func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
-	return n.lower.Setxattr(ctx, name, value, flags)
-}
-
-func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
-	return n.lower.Listxattr(ctx, dest)
-}
-
-func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
-	return n.lower.Removexattr(ctx, name)
 }

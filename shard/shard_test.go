@@ -11,6 +11,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 var ctx = context.Background()
@@ -28,10 +29,13 @@ func newShard(t *testing.T, managed bool) (string, layer.Node) {
 	return dir, shardOver(t, hostfsOn(t, dir))
 }
 
+// testStack is the stack of every layer the tests build.
+var testStack = stack.New(stack.Options{})
+
 // hostfsOn opens directory dir as a hostfs layer.
 func hostfsOn(t *testing.T, dir string) layer.Node {
 	t.Helper()
-	lower, err := hostfs.New(dir)
+	lower, err := hostfs.New(testStack, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +47,7 @@ func hostfsOn(t *testing.T, dir string) layer.Node {
 // used it reads the tree as after a restart.
 func shardOver(t *testing.T, lower layer.Node) layer.Node {
 	t.Helper()
-	root, err := New(ctx, lower)
+	root, err := New(ctx, testStack, lower)
 	if err != nil {
 		t.Fatal(err)
 	}

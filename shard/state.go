@@ -62,8 +62,8 @@ func (n *node) state(ctx context.Context) (*dirState, layer.Errno) {
 	if n.st != nil {
 		return n.st, 0
 	}
-	st := n.fs.ref(n.lower.Token())
-	if e := st.load(ctx, n.lower); e != 0 {
+	st := n.fs.ref(n.Lower.Token())
+	if e := st.load(ctx, n.Lower); e != 0 {
 		n.fs.unref(st)
 		return nil, e
 	}
@@ -171,11 +171,11 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 	}
 	st.mu.Unlock()
 	var a layer.Attr
-	c, e := n.lower.Lookup(ctx, bucketName(b), &a)
+	c, e := n.Lower.Lookup(ctx, bucketName(b), &a)
 	if e == syscall.ENOENT && create {
 		c, e = n.mkBucket(ctx, b, &a)
 		if e == syscall.EEXIST {
-			c, e = n.lower.Lookup(ctx, bucketName(b), &a)
+			c, e = n.Lower.Lookup(ctx, bucketName(b), &a)
 		}
 	}
 	if e != 0 {
@@ -183,7 +183,7 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 	}
 	if !a.IsDir() {
 		c.Forget()
-		n.fs.log.Error("shard: a bucket is not a directory", "dir", n.lower.Token(), "bucket", bucketName(b))
+		n.fs.log.Error("shard: a bucket is not a directory", "dir", n.Lower.Token(), "bucket", bucketName(b))
 		return nil, syscall.EIO
 	}
 	st.mu.Lock()
@@ -200,12 +200,12 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 // permission bits, less the mark.
 func (n *node) mkBucket(ctx context.Context, b int, out *layer.Attr) (layer.Node, layer.Errno) {
 	var da layer.Attr
-	if e := n.lower.Getattr(ctx, nil, &da); e != 0 {
+	if e := n.Lower.Getattr(ctx, nil, &da); e != 0 {
 		return nil, e
 	}
 	// As the process: a bucket is the layer's, not the caller's.
 	pctx := asProcess(ctx)
-	c, e := n.lower.Mkdir(pctx, bucketName(b), 0o700, out)
+	c, e := n.Lower.Mkdir(pctx, bucketName(b), 0o700, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -260,7 +260,7 @@ func (n *node) fixNlink(ctx context.Context, st *dirState, a *layer.Attr) {
 			var e layer.Errno
 			if c := t.nodes[b]; c != nil {
 				e = c.Getattr(ctx, nil, &ba)
-			} else if c, e = n.lower.Lookup(ctx, bucketName(b), &ba); e == 0 {
+			} else if c, e = n.Lower.Lookup(ctx, bucketName(b), &ba); e == 0 {
 				t.nodes[b] = c
 			}
 			if e == syscall.ENOENT {

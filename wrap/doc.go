@@ -1,8 +1,8 @@
 // Package wrap is the template layers are written on, after Wrapfs: a
 // layer is a few hooks, and wrap does the rest once.
 //
-// A layer is any value implementing some of the small interfaces in
-// hooks.go; New stacks it over a lower layer.Node:
+// A layer is a set of Hooks, each one of the small interfaces in hooks.go;
+// New stacks them over a lower layer.Node of a stack:
 //
 //   - BlockCodec transforms file data a block at a time. wrap reads,
 //     modifies and writes partial blocks, keeps holes (a block stored as
@@ -35,7 +35,10 @@
 //		return c.EncodeBlock(dst, hdr, blk, s)
 //	}
 //
-//	root, err := wrap.New(ctx, lower, codec{})
+//	root, err := wrap.New(ctx, st, lower, wrap.Hooks{Blocks: codec{}})
+//
+// and registered by name, so that specs and the command line can stack it
+// (stack.Register, in the layer package's init).
 //
 // A layer that changes no sizes and no names keeps the lower node's token
 // (it is simply-named). Data of a layer with a BlockCodec never goes

@@ -48,7 +48,7 @@ func (f *fs) lowerFlags(flags uint32) uint32 {
 // lowerLen is the lower file's size, through h.
 func (n *node) lowerLen(ctx context.Context, h layer.Handle) (uint64, layer.Errno) {
 	var a layer.Attr
-	if e := n.lower.Getattr(ctx, h, &a); e != 0 {
+	if e := n.Lower.Getattr(ctx, h, &a); e != 0 {
 		return 0, e
 	}
 	return a.Size, 0
@@ -181,7 +181,7 @@ func writeFull(ctx context.Context, h layer.Handle, b []byte, off uint64) (uint6
 
 func (n *node) setLowerSize(ctx context.Context, h layer.Handle, l uint64) layer.Errno {
 	var a layer.Attr
-	return n.lower.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetSize, Size: l}, &a)
+	return n.Lower.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetSize, Size: l}, &a)
 }
 
 // tooBig reports whether a file of size s cannot be stored: its lower size
@@ -449,7 +449,7 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	lh := lowerHandle(h)
 	if lh == nil {
 		var e layer.Errno
-		if lh, e = n.lower.Open(ctx, syscall.O_RDWR); e != 0 {
+		if lh, e = n.Lower.Open(ctx, syscall.O_RDWR); e != 0 {
 			return e
 		}
 		defer lh.Release(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // disk is a lower root with little room, for one file: its pages are
@@ -136,7 +137,8 @@ func (h *diskHandle) Allocate(ctx context.Context, off, size int64, mode uint32)
 // torn block, no size past the data).
 func TestFullDiskAgainstModel(t *testing.T) {
 	dir := t.TempDir()
-	lower, err := hostfs.New(dir)
+	st := stack.New(stack.Options{})
+	lower, err := hostfs.New(st, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +146,7 @@ func TestFullDiskAgainstModel(t *testing.T) {
 	// Pages of 32 bytes straddle the 72-byte stored blocks, so writes stop
 	// inside blocks.
 	d := &disk{Node: lower, page: 32}
-	upper, err := New(ctx, d, struct {
-		BlockCodec
-		FileHeader
-	}{toy{}, toy{}})
+	upper, err := New(ctx, st, d, Hooks{Blocks: toy{}, Header: toy{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +238,7 @@ func TestFullDiskAgainstModel(t *testing.T) {
 // A file whose lower size would pass the largest file offset is too big:
 // EFBIG, as a lower file system says at its own limit.
 func TestTooBigIsEFBIG(t *testing.T) {
-	_, root := stack(t, toy{})
+	_, root := newLayer(t, toyHooks)
 	var a layer.Attr
 	n, h, e := root.Create(ctx, "f", syscall.O_RDWR, 0o644, &a)
 	if e != 0 {

@@ -41,7 +41,7 @@ func (n *node) id(ctx context.Context) ([]byte, layer.Errno) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.dirID == nil {
-		id, e := n.fs.readDirID(ctx, n.lower)
+		id, e := n.fs.readDirID(ctx, n.Lower)
 		if e != 0 {
 			return nil, e
 		}
@@ -116,7 +116,7 @@ func (n *node) rmdir(ctx context.Context, lname string) layer.Errno {
 	if e != 0 {
 		return e
 	}
-	e = n.lower.Rmdir(ctx, lname)
+	e = n.Lower.Rmdir(ctx, lname)
 	finish(e != 0)
 	return e
 }
@@ -131,7 +131,7 @@ func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed b
 		return noop, 0
 	}
 	var a layer.Attr
-	c, e := n.lower.Lookup(ctx, lname, &a)
+	c, e := n.Lower.Lookup(ctx, lname, &a)
 	if e != 0 {
 		return noop, e
 	}
@@ -235,7 +235,7 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 // this directory's namespace below the layers beneath, to this layer's.
 func (n *node) UpperName(ctx context.Context, hostName string) (string, bool) {
 	name := hostName
-	if t, ok := n.lower.(layer.NameTranslator); ok {
+	if t, ok := n.Lower.(layer.NameTranslator); ok {
 		var ok bool
 		if name, ok = t.UpperName(ctx, hostName); !ok {
 			return "", false
@@ -257,16 +257,16 @@ func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno
 	if err != nil {
 		return errnoOf(err, syscall.EINVAL)
 	}
-	return writeSmall(ctx, n.lower, lname+sidecarSuffix, []byte(enc), syscall.O_TRUNC)
+	return writeSmall(ctx, n.Lower, lname+sidecarSuffix, []byte(enc), syscall.O_TRUNC)
 }
 
 func (n *node) readSidecar(ctx context.Context, lname string) ([]byte, layer.Errno) {
-	return readSmall(ctx, n.lower, lname+sidecarSuffix, maxSidecar)
+	return readSmall(ctx, n.Lower, lname+sidecarSuffix, maxSidecar)
 }
 
 func (n *node) removeSidecar(ctx context.Context, lname string) {
 	if n.fs.isLong(lname) {
-		n.lower.Unlink(ctx, lname+sidecarSuffix)
+		n.Lower.Unlink(ctx, lname+sidecarSuffix)
 	}
 }
 
@@ -276,7 +276,7 @@ func (n *node) dropSidecar(ctx context.Context, lname string) {
 		return
 	}
 	var a layer.Attr
-	if c, e := n.lower.Lookup(ctx, lname, &a); e == 0 {
+	if c, e := n.Lower.Lookup(ctx, lname, &a); e == 0 {
 		c.Forget()
 		return
 	}
@@ -350,11 +350,11 @@ func (n *node) linkSize(ctx context.Context, l uint64) uint64 {
 	if l != linkMax {
 		return n.fs.links.LinkSize(l)
 	}
-	tok := n.lower.Token()
+	tok := n.Lower.Token()
 	if s, ok := n.fs.linkSizes.Load(tok); ok {
 		return s.(uint64)
 	}
-	t, e := n.lower.Readlink(ctx)
+	t, e := n.Lower.Readlink(ctx)
 	if e != 0 {
 		return n.fs.links.LinkSize(l)
 	}
@@ -381,7 +381,7 @@ func (n *node) dropLink(ctx context.Context, lname string) (finish func(failed b
 		return noop
 	}
 	var a layer.Attr
-	c, e := n.lower.Lookup(ctx, lname, &a)
+	c, e := n.Lower.Lookup(ctx, lname, &a)
 	if e != 0 {
 		return noop
 	}
@@ -405,7 +405,7 @@ func (n *node) dropLink(ctx context.Context, lname string) (finish func(failed b
 
 // OpenDir lists the lower directory with names decoded.
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
-	d, e := n.lower.OpenDir(ctx)
+	d, e := n.Lower.OpenDir(ctx)
 	if e != 0 || n.fs.names == nil {
 		return d, e
 	}

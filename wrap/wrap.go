@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // fs is one layer built from hooks.
@@ -22,23 +23,31 @@ type fs struct {
 
 	bs, ov, hs uint64 // block size, block overhead, header size
 	log        *slog.Logger
-	data       [64]sync.RWMutex // DataLock stripes, if the stack has none
+	st         *stack.Stack
 
 	lowerRoot layer.Node // where long targets' sidecars are (names.go)
 	linkSizes sync.Map   // layer.Token → uint64, by linkSize
 }
 
-// New builds a layer over lower from hooks, a value implementing any of
-// the interfaces in hooks.go. lower stays the caller's: Forget on the new
-// root does not forget it.
-func New(ctx context.Context, lower layer.Node, hooks any) (layer.Node, error) {
-	f := &fs{log: slog.Default(), lowerRoot: lower}
-	f.blocks, _ = hooks.(BlockCodec)
-	f.header, _ = hooks.(FileHeader)
-	f.names, _ = hooks.(NameCodec)
-	f.dirs, _ = hooks.(DirIDer)
-	f.links, _ = hooks.(LinkCodec)
-	f.attrs, _ = hooks.(SetattrChecker)
+// Hooks are what a layer built on the template provides; each is optional,
+// and what is nil passes through unchanged. Named fields, not interfaces
+// found by assertion: a hook with a mistyped method does not compile,
+// where it would otherwise be dropped without a word.
+type Hooks struct {
+	Blocks BlockCodec
+	Header FileHeader
+	Names  NameCodec
+	Dirs   DirIDer
+	Links  LinkCodec
+	Attrs  SetattrChecker
+}
+
+// New builds a layer of st over lower from hooks. lower stays the
+// caller's: Forget on the new root does not forget it.
+func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (layer.Node, error) {
+	f := &fs{log: slog.Default(), lowerRoot: lower, st: st,
+		blocks: hooks.Blocks, header: hooks.Header, names: hooks.Names,
+		dirs: hooks.Dirs, links: hooks.Links, attrs: hooks.Attrs}
 	if f.header != nil && f.blocks == nil {
 		return nil, errors.New("wrap: a FileHeader needs a BlockCodec")
 	}
@@ -51,7 +60,7 @@ func New(ctx context.Context, lower layer.Node, hooks any) (layer.Node, error) {
 	if f.header != nil {
 		f.hs = uint64(f.header.HeaderSize())
 	}
-	root := &node{fs: f, lower: lower, root: true}
+	root := &node{PassThrough: layer.PassThrough{Lower: lower}, fs: f, root: true}
 	if f.dirs != nil {
 		_, e := root.id(ctx)
 		if e == syscall.ENOENT {
@@ -97,24 +106,16 @@ func (f *fs) lowerSize(s uint64) uint64 {
 
 // node is a node of the layer, over a node of the layer below.
 type node struct {
-	fs    *fs
-	lower layer.Node
-	root  bool
+	layer.PassThrough
+	fs   *fs
+	root bool
 
 	mu    sync.Mutex
 	dirID []byte // cached identity for NameCodec
 }
 
-func (f *fs) wrapNode(lower layer.Node) *node { return &node{fs: f, lower: lower} }
-
-func (n *node) Token() layer.Token { return n.lower.Token() }
-
-// Events are the stack's, from below.
-func (n *node) Events() *layer.Events {
-	if s, ok := n.lower.(layer.EventSource); ok {
-		return s.Events()
-	}
-	return nil
+func (f *fs) wrapNode(lower layer.Node) *node {
+	return &node{PassThrough: layer.PassThrough{Lower: lower}, fs: f}
 }
 
 // KeepsOffsets tells whether offsets mean the same here and at the bottom
@@ -123,16 +124,8 @@ func (n *node) KeepsOffsets() bool {
 	if n.fs.sized() {
 		return false
 	}
-	k, ok := n.lower.(layer.OffsetKeeper)
+	k, ok := n.Lower.(layer.OffsetKeeper)
 	return ok && k.KeepsOffsets()
-}
-
-// DataLock is the stack's, from below, or the layer's own.
-func (n *node) DataLock(tok layer.Token) *sync.RWMutex {
-	if l, ok := n.lower.(layer.DataLocker); ok {
-		return l.DataLock(tok)
-	}
-	return &n.fs.data[(tok.Ino^tok.Gen)%uint64(len(n.fs.data))]
 }
 
 type dataLocked struct{}
@@ -144,7 +137,7 @@ func (n *node) lockData(ctx context.Context, write bool) (context.Context, func(
 	if ctx.Value(dataLocked{}) != nil {
 		return ctx, func() {}
 	}
-	l := n.DataLock(n.Token())
+	l := n.fs.st.DataLock(n.Token())
 	// Events raised under the lock wait until it is released.
 	ctx, flush := layer.Defer(ctx)
 	ctx = context.WithValue(ctx, dataLocked{}, true)
@@ -158,7 +151,7 @@ func (n *node) lockData(ctx context.Context, write bool) (context.Context, func(
 
 func (n *node) Forget() {
 	if !n.root {
-		n.lower.Forget()
+		n.Lower.Forget()
 	}
 }
 
@@ -175,7 +168,7 @@ func (n *node) fixAttr(ctx context.Context, a *layer.Attr) {
 }
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
-	if e := n.lower.Getattr(ctx, lowerHandle(h), out); e != 0 {
+	if e := n.Lower.Getattr(ctx, lowerHandle(h), out); e != 0 {
 		return e
 	}
 	n.fixAttr(ctx, out)
@@ -200,7 +193,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		rest.Valid &^= layer.SetSize
 		in = &rest
 	}
-	if e := n.lower.Setattr(ctx, lowerHandle(h), in, out); e != 0 {
+	if e := n.Lower.Setattr(ctx, lowerHandle(h), in, out); e != 0 {
 		return e
 	}
 	n.fixAttr(ctx, out)
@@ -219,7 +212,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	c, e := n.lower.Lookup(ctx, lname, out)
+	c, e := n.Lower.Lookup(ctx, lname, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -228,13 +221,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		c, e := n.lower.Mkdir(ctx, lname, mode, out)
+		c, e := n.Lower.Mkdir(ctx, lname, mode, out)
 		if e != 0 || n.fs.dirs == nil {
 			return c, e
 		}
 		if e := n.fs.initDir(ctx, c, nil); e != 0 {
 			c.Forget()
-			n.lower.Rmdir(ctx, lname)
+			n.Lower.Rmdir(ctx, lname)
 			return nil, e
 		}
 		return c, c.Getattr(ctx, nil, out) // the ID file changed it
@@ -243,14 +236,14 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.A
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		return n.lower.Mknod(ctx, lname, mode, dev, out)
+		return n.Lower.Mknod(ctx, lname, mode, dev, out)
 	})
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
 	if n.fs.links == nil {
 		return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-			return n.lower.Symlink(ctx, target, lname, out)
+			return n.Lower.Symlink(ctx, target, lname, out)
 		})
 	}
 	if len(target) > linkMax {
@@ -265,7 +258,7 @@ func (n *node) Symlink(ctx context.Context, target []byte, name string, out *lay
 		if e != 0 {
 			return nil, e
 		}
-		c, e := n.lower.Symlink(ctx, t, lname, out)
+		c, e := n.Lower.Symlink(ctx, t, lname, out)
 		if e != 0 && side != "" {
 			n.fs.lowerRoot.Unlink(ctx, side)
 		}
@@ -279,14 +272,14 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return nil, syscall.EXDEV
 	}
 	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		return n.lower.Link(ctx, t.lower, lname, out)
+		return n.Lower.Link(ctx, t.Lower, lname, out)
 	})
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
 	var h layer.Handle
 	c, e := n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		c, lh, e := n.lower.Create(ctx, lname, n.fs.lowerFlags(flags), mode, out)
+		c, lh, e := n.Lower.Create(ctx, lname, n.fs.lowerFlags(flags), mode, out)
 		h = lh
 		return c, e
 	})
@@ -322,7 +315,7 @@ func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
 // lname was its last link.
 func (n *node) unlink(ctx context.Context, lname string) layer.Errno {
 	finish := n.dropLink(ctx, lname)
-	e := n.lower.Unlink(ctx, lname)
+	e := n.Lower.Unlink(ctx, lname)
 	finish(e != 0)
 	return e
 }
@@ -358,7 +351,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	}
 	if flags&unixRenameExchange != 0 {
 		// Each side's sidecar must hold the other's name afterwards.
-		if e := n.lower.Rename(ctx, from, d.lower, to, flags); e != 0 {
+		if e := n.Lower.Rename(ctx, from, d.Lower, to, flags); e != 0 {
 			return e
 		}
 		d.writeSidecar(ctx, to, newName)
@@ -377,10 +370,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	// A symlink replaced by it may be a long target's last link; renaming
 	// an entry onto itself replaces nothing.
 	finishLink := func(bool) {}
-	if from != to || n.lower.Token() != d.lower.Token() {
+	if from != to || n.Lower.Token() != d.Lower.Token() {
 		finishLink = d.dropLink(ctx, to)
 	}
-	e = n.lower.Rename(ctx, from, d.lower, to, flags)
+	e = n.Lower.Rename(ctx, from, d.Lower, to, flags)
 	finish(e != 0)
 	finishLink(e != 0)
 	if e != 0 {
@@ -394,7 +387,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 const unixRenameExchange = 1 << 1 // RENAME_EXCHANGE
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
-	t, e := n.lower.Readlink(ctx)
+	t, e := n.Lower.Readlink(ctx)
 	if e != 0 || n.fs.links == nil {
 		return t, e
 	}
@@ -412,31 +405,11 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
-	h, e := n.lower.Open(ctx, n.fs.lowerFlags(flags))
+	h, e := n.Lower.Open(ctx, n.fs.lowerFlags(flags))
 	if e != 0 {
 		return nil, e
 	}
 	return n.fs.wrapHandle(n, h, flags), 0
-}
-
-func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
-	return n.lower.Statfs(ctx, out)
-}
-
-func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
-	return n.lower.Getxattr(ctx, name, dest)
-}
-
-func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
-	return n.lower.Setxattr(ctx, name, value, flags)
-}
-
-func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
-	return n.lower.Listxattr(ctx, dest)
-}
-
-func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
-	return n.lower.Removexattr(ctx, name)
 }
 
 // errnoOf returns the Errno inside err, or def.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 var ctx = context.Background()
@@ -95,15 +96,19 @@ func (toy) DecodeLink(s []byte) ([]byte, error) {
 	return s[2:], nil
 }
 
-func stack(t *testing.T, hooks any) (string, layer.Node) {
+// toyHooks are every hook, from toy.
+var toyHooks = Hooks{Blocks: toy{}, Header: toy{}, Names: toy{}, Dirs: toy{}, Links: toy{}}
+
+func newLayer(t *testing.T, hooks Hooks) (string, layer.Node) {
 	t.Helper()
 	dir := t.TempDir()
-	lower, err := hostfs.New(dir)
+	st := stack.New(stack.Options{})
+	lower, err := hostfs.New(st, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(lower.Forget)
-	n, err := New(ctx, lower, hooks)
+	n, err := New(ctx, st, lower, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +118,7 @@ func stack(t *testing.T, hooks any) (string, layer.Node) {
 // Random writes, truncates and reads through the layer agree with a byte
 // slice, and the lower file always has the size the layout implies.
 func TestDataAgainstModel(t *testing.T) {
-	dir, root := stack(t, toy{})
+	dir, root := newLayer(t, toyHooks)
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 20; round++ {
 		var a layer.Attr
@@ -181,7 +186,7 @@ func TestDataAgainstModel(t *testing.T) {
 }
 
 func TestNamesLinksAndLongNames(t *testing.T) {
-	dir, root := stack(t, toy{})
+	dir, root := newLayer(t, toyHooks)
 	var a layer.Attr
 	long := strings.Repeat("é", 127) // 254 bytes; encoded far past 255
 	for _, name := range []string{"plain", long} {
@@ -266,7 +271,7 @@ func TestNamesLinksAndLongNames(t *testing.T) {
 
 // A damaged block fails the read; it never returns other bytes.
 func TestDamageIsEIO(t *testing.T) {
-	dir, root := stack(t, toy{})
+	dir, root := newLayer(t, toyHooks)
 	var a layer.Attr
 	n, h, e := root.Create(ctx, "f", syscall.O_RDWR, 0o644, &a)
 	if e != 0 {
@@ -294,7 +299,7 @@ func TestDamageIsEIO(t *testing.T) {
 // A failed create of an existing long name, and a rename of a link onto
 // another link of the same file, must leave every name listed.
 func TestLongNamesSurviveNoOps(t *testing.T) {
-	_, root := stack(t, toy{})
+	_, root := newLayer(t, toyHooks)
 	count := func() int {
 		ds, e := root.OpenDir(ctx)
 		if e != 0 {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/stack"
 )
 
 type mountFlags struct {
@@ -88,7 +90,7 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.stack, "stack", "", "mount every view of the stack this TOML file describes, in one process (see docs/coherence.md)")
 	fl.StringVar(&f.coherence, "coherence", "on", "with --stack: on, or off to run without the coherence manager (for tests and benchmarks only)")
-	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+layerNames())
+	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes; bounds how long changes made directly in LOWER go unseen")
@@ -268,8 +270,8 @@ func serve(f *mountFlags, p *plan) error {
 	if err != nil {
 		return report(ready, err)
 	}
-	for _, v := range p.views {
-		logger.Info("mounted", "lower", p.lower, "layer", v.layer, "mountpoint", v.mnt)
+	for _, v := range p.spec.Views {
+		logger.Info("mounted", "lower", p.spec.Lower, "layer", v.Layer, "mountpoint", v.Mountpoint)
 	}
 	if ready != nil {
 		ready.WriteString("ok\n")

@@ -8,52 +8,31 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/shalefs/shale/coherence"
+	// The layers and the backend a command line can name.
+	_ "github.com/shalefs/shale/crypt"
 	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"
-	"github.com/shalefs/shale/layer"
+	_ "github.com/shalefs/shale/rot13"
+	_ "github.com/shalefs/shale/shard"
+	"github.com/shalefs/shale/stack"
+	_ "github.com/shalefs/shale/wrap"
 )
 
-// A plan is what a mount command asks for: a stack over a lower directory
-// and the views of it to mount.
+// A plan is what a mount command asks for: a stack spec, and whether it
+// came from a stack file (--stack).
 type plan struct {
-	lower  string
-	layers []planLayer // bottom-most first
-	views  []planView
+	spec *stack.Spec
 	// stack is set for --stack: views are kept coherent by a manager,
-	// unless coherenceOff.
-	stack        bool
-	coherenceOff bool
-}
-
-type planLayer struct {
-	name  string
-	flags layerFlags
-}
-
-type planView struct {
-	layer int // 0: the lower directory; i: the i-th layer
-	mnt   string
-}
-
-// stackFile is the TOML of --stack.
-type stackFile struct {
-	Lower string
-	Layer []struct {
-		Name     string
-		Passfile string
-	}
-	View []struct {
-		Layer      *int
-		Mountpoint string
-	}
+	// unless the spec turns it off.
+	stack bool
 }
 
 // planMount reads the command line into a plan and checks it.
@@ -66,12 +45,16 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		if err != nil {
 			return nil, err
 		}
-		p := &plan{lower: lower}
+		sp := &stack.Spec{Lower: lower}
 		for _, name := range f.layers {
-			p.layers = append(p.layers, planLayer{name, f.layerFlags})
+			k, err := stack.Find(name)
+			if err != nil {
+				return nil, err
+			}
+			sp.Layers = append(sp.Layers, stack.Layer{Name: name, Options: f.layerOptions(k, nil)})
 		}
-		p.views = []planView{{len(p.layers), mnt}}
-		return p, p.checkLayers()
+		sp.Views = []stack.View{{Layer: len(sp.Layers), Mountpoint: mnt}}
+		return &plan{spec: sp}, sp.Check()
 	}
 	if len(args) != 0 || len(f.layers) != 0 {
 		return nil, errors.New("--stack FILE takes no LOWER, MOUNTPOINT or --layer: the file names them")
@@ -81,70 +64,64 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 	default:
 		return nil, fmt.Errorf("--coherence %q: say on or off", f.coherence)
 	}
-	var sf stackFile
-	md, err := toml.DecodeFile(f.stack, &sf)
+	sp, err := stack.ParseFile(f.stack)
 	if err != nil {
-		return nil, fmt.Errorf("stack file %s: %v", f.stack, err)
+		return nil, err
 	}
-	if un := md.Undecoded(); len(un) > 0 {
-		return nil, fmt.Errorf("stack file %s: unknown key %q: the keys are lower, [[layer]] name and passfile, [[view]] layer and mountpoint", f.stack, un[0].String())
+	sp.CoherenceOff = f.coherence == "off"
+	for i := range sp.Layers {
+		k, _ := stack.Find(sp.Layers[i].Name)
+		sp.Layers[i].Options = f.layerOptions(k, sp.Layers[i].Options)
 	}
-	if sf.Lower == "" || len(sf.View) == 0 {
-		return nil, fmt.Errorf("stack file %s: it needs lower = \"DIR\" and at least one [[view]]", f.stack)
-	}
-	p := &plan{stack: true, coherenceOff: f.coherence == "off"}
-	for _, l := range sf.Layer {
-		fl := f.layerFlags
-		if l.Passfile != "" {
-			fl.passfile = l.Passfile
-		}
-		p.layers = append(p.layers, planLayer{l.Name, fl})
-	}
-	seen := map[string]bool{}
-	for i, v := range sf.View {
-		if v.Layer == nil || *v.Layer < 0 || *v.Layer > len(p.layers) {
-			return nil, fmt.Errorf("stack file %s: view %d needs layer = 0 (the lower directory) to %d", f.stack, i+1, len(p.layers))
-		}
-		lower, mnt, err := checkMountArgs(sf.Lower, v.Mountpoint)
+	for i := range sp.Views {
+		lower, mnt, err := checkMountArgs(sp.Lower, sp.Views[i].Mountpoint)
 		if err != nil {
 			return nil, fmt.Errorf("stack file %s: view %d: %v", f.stack, i+1, err)
 		}
-		if seen[mnt] {
-			return nil, fmt.Errorf("stack file %s: mountpoint %s is named twice", f.stack, mnt)
-		}
-		seen[mnt] = true
-		p.lower = lower
-		p.views = append(p.views, planView{*v.Layer, mnt})
+		sp.Lower, sp.Views[i].Mountpoint = lower, mnt
 	}
-	return p, p.checkLayers()
+	if err := sp.Check(); err != nil {
+		return nil, fmt.Errorf("stack file %s: %v", f.stack, err)
+	}
+	return &plan{spec: sp, stack: true}, nil
 }
 
-func (p *plan) checkLayers() error {
-	for _, l := range p.layers {
-		if _, err := findLayer(l.name); err != nil {
-			return err
-		}
+// layerFlags are the command line's options for layers; each layer takes
+// those among its own options (stack.Kind.Options).
+type layerFlags struct {
+	passfile string
+}
+
+func (f *layerFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.passfile, "passfile", "", "crypt: read the passphrase from the first line of this file (default: prompt, or stdin when it is not a terminal)")
+}
+
+// layerOptions adds to opts the flags layer k takes that opts lacks.
+func (f *layerFlags) layerOptions(k stack.Kind, opts map[string]string) map[string]string {
+	if opts == nil {
+		opts = map[string]string{}
 	}
-	return nil
+	if _, takes := k.Options["passfile"]; takes && f.passfile != "" && opts["passfile"] == "" {
+		opts["passfile"] = f.passfile
+	}
+	return opts
+}
+
+func layerHelp() string {
+	var b strings.Builder
+	for _, k := range stack.Kinds() {
+		fmt.Fprintf(&b, "  %-8s %s\n", k.Name, k.Short)
+	}
+	return b.String()
 }
 
 // prepare runs each layer's prepare step (passphrases) in the foreground.
-func (p *plan) prepare() error {
-	for i := range p.layers {
-		k, _ := findLayer(p.layers[i].name)
-		if k.prepare != nil {
-			if err := k.prepare(p.lower, &p.layers[i].flags); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+func (p *plan) prepare() error { return p.spec.Prepare(passphraseFrom) }
 
 func (p *plan) secrets() []byte {
 	var s [][]byte
-	for _, l := range p.layers {
-		s = append(s, l.flags.secret)
+	for _, l := range p.spec.Layers {
+		s = append(s, l.Secret)
 	}
 	b, _ := json.Marshal(s)
 	return b
@@ -153,48 +130,38 @@ func (p *plan) secrets() []byte {
 func (p *plan) receiveSecrets(r io.ReadCloser) error {
 	defer r.Close()
 	var s [][]byte
-	if err := json.NewDecoder(r).Decode(&s); err != nil || len(s) != len(p.layers) {
+	if err := json.NewDecoder(r).Decode(&s); err != nil || len(s) != len(p.spec.Layers) {
 		return fmt.Errorf("the serving process got no secrets from its parent (%v)", err)
 	}
-	for i := range p.layers {
-		p.layers[i].flags.secret = s[i]
+	for i := range p.spec.Layers {
+		p.spec.Layers[i].Secret = s[i]
 	}
 	return nil
 }
 
 // mount builds the stack and mounts its views.
 func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
-	ctx := context.Background()
-	host, err := hostfs.New(p.lower)
+	st, nodes, err := p.spec.Build(context.Background())
 	if err != nil {
-		return nil, fmt.Errorf("lower directory %s: %v", p.lower, err)
-	}
-	nodes := []layer.Node{host}
-	for _, l := range p.layers {
-		k, _ := findLayer(l.name)
-		n, err := k.open(ctx, nodes[len(nodes)-1], p.lower, &l.flags)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s over %s: %v", l.name, p.lower, err)
-		}
-		nodes = append(nodes, n)
+		return nil, err
 	}
 	opts := fuseview.Options{
 		Timeout:     f.timeout,
 		AllowOther:  f.allowOther,
 		Passthrough: !f.noPassthrough,
-		Source:      p.lower,
+		Source:      p.spec.Lower,
 		Debug:       f.debug,
 	}
 	if p.stack {
 		// Changes are pushed to every view, so the kernel may cache long
 		// and keep pages across opens. Passthrough would let the kernel
 		// write beside the manager, so views serve data themselves.
-		opts.Coherence = coherence.New(host.(layer.EventSource).Events(), p.coherenceOff)
+		opts.Coherent = true
 		opts.KeepCache = true
-		if !p.coherenceOff {
+		if !p.spec.CoherenceOff {
 			// Changes other programs make in the lower directory.
-			if _, err := hostfs.Watch(host); err != nil {
-				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; run as root, or use --coherence=off", p.lower, err)
+			if _, err := hostfs.Watch(nodes[0]); err != nil {
+				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; run as root, or use --coherence=off", p.spec.Lower, err)
 			}
 		}
 		opts.Passthrough = false
@@ -204,27 +171,27 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 	}
 	var mounts []*mounted
 	byLayer := map[int]*mounted{}
-	for _, v := range p.views {
-		if m := byLayer[v.layer]; m != nil && os.Geteuid() == 0 {
+	for _, v := range p.spec.Views {
+		if m := byLayer[v.Layer]; m != nil && os.Geteuid() == 0 {
 			// Another view of a layer already mounted: a bind mount of
 			// it, so both show one set of inodes, and the kernel keeps
 			// one page cache for them. Stores through a shared mapping
 			// in one are then seen in the other at once (SQLite's WAL
 			// index), which no invalidation could give.
-			if err := unix.Mount(m.mnts[0], v.mnt, "", unix.MS_BIND, ""); err != nil {
+			if err := unix.Mount(m.mnts[0], v.Mountpoint, "", unix.MS_BIND, ""); err != nil {
 				unmountAll(mounts, slog.New(slog.DiscardHandler))
-				return nil, fmt.Errorf("mounting %s (layer %d) at %s: bind mount of %s: %v", p.lower, v.layer, v.mnt, m.mnts[0], err)
+				return nil, fmt.Errorf("mounting %s (layer %d) at %s: bind mount of %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, m.mnts[0], err)
 			}
-			m.mnts = append(m.mnts, v.mnt)
+			m.mnts = append(m.mnts, v.Mountpoint)
 			continue
 		}
-		s, err := fuseview.Mount(v.mnt, nodes[v.layer], opts)
+		s, err := fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
 		if err != nil {
 			unmountAll(mounts, slog.New(slog.DiscardHandler))
-			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.lower, v.layer, v.mnt, err)
+			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, err)
 		}
-		m := &mounted{server: s, mnts: []string{v.mnt}}
-		byLayer[v.layer] = m
+		m := &mounted{server: s, mnts: []string{v.Mountpoint}}
+		byLayer[v.Layer] = m
 		mounts = append(mounts, m)
 	}
 	return mounts, nil

@@ -1,0 +1,100 @@
+package coherence
+
+import (
+	"sync"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// Held is the bookkeeping of a holder, whatever its frontend: what it
+// caches of each file, by token, and the files its own requests are at
+// work on. I is the frontend's handle of a cached file (a FUSE inode, a
+// 9P fid). The zero value is ready.
+type Held[I comparable] struct {
+	mu       sync.Mutex
+	byToken  map[layer.Token][]I
+	inflight map[layer.Token]int
+}
+
+// Add records i under tok. A token may have several handles for a moment
+// (hard links, racing lookups); stale tells which of them the frontend no
+// longer holds, so they are dropped.
+func (h *Held[I]) Add(tok layer.Token, i I, stale func(I) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byToken == nil {
+		h.byToken = map[layer.Token][]I{}
+	}
+	is := h.byToken[tok][:0:0]
+	for _, o := range h.byToken[tok] {
+		if !stale(o) {
+			is = append(is, o)
+		}
+	}
+	h.byToken[tok] = append(is, i)
+}
+
+// Remove forgets i under tok.
+func (h *Held[I]) Remove(tok layer.Token, i I) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	is := h.byToken[tok]
+	for k, o := range is {
+		if o == i {
+			is = append(is[:k:k], is[k+1:]...)
+			break
+		}
+	}
+	if len(is) == 0 {
+		delete(h.byToken, tok)
+	} else {
+		h.byToken[tok] = is
+	}
+}
+
+// Of returns the handles held under tok.
+func (h *Held[I]) Of(tok layer.Token) []I {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]I(nil), h.byToken[tok]...)
+}
+
+// All returns every handle held.
+func (h *Held[I]) All() []I {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var all []I
+	for _, is := range h.byToken {
+		all = append(all, is...)
+	}
+	return all
+}
+
+// Busy marks a request of this holder at work on tok until the returned
+// function runs. While it is, the frontend's client (the kernel) may hold
+// locks of tok (its pages during a WRITE, a directory's lock during a
+// create) until the reply, so an invalidation of tok must not be waited
+// for: if that request is itself waiting to invalidate another holder
+// whose client holds locks our requester waits on, neither could go on.
+func (h *Held[I]) Busy(tok layer.Token) func() {
+	h.mu.Lock()
+	if h.inflight == nil {
+		h.inflight = map[layer.Token]int{}
+	}
+	h.inflight[tok]++
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		if h.inflight[tok]--; h.inflight[tok] == 0 {
+			delete(h.inflight, tok)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// IsBusy tells whether a request is at work on tok (Busy).
+func (h *Held[I]) IsBusy(tok layer.Token) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inflight[tok] > 0
+}

@@ -1,0 +1,49 @@
+package stack_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "github.com/shalefs/shale/crypt"
+	_ "github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/stack"
+)
+
+// A bad stack file gives one error that names the file and what is wrong.
+func TestParseFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ toml, want string }{
+		{"lower = \"/x\"\n", "at least one [[view]]"},
+		{"lower = \"/x\"\n[[layer]]\nname = \"nope\"\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n", `unknown layer "nope"`},
+		{"lower = \"/x\"\n[[layer]]\nname = \"crypt\"\npasfile = \"p\"\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n", `layer crypt has no option "pasfile": it takes passfile`},
+		{"lower = \"/x\"\n[[layer]]\npassfile = \"p\"\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n", "layer 1 needs a name"},
+		{"lower = \"/x\"\n[[layer]]\nname = \"crypt\"\npassfile = 3\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n", "passfile must be a string"},
+		{"lower = \"/x\"\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n", "view 1 needs layer = 0"},
+		{"lower = \"/x\"\n[[view]]\nmountpoint = \"/m\"\n", "view 1 needs layer = 0"},
+		{"lower = \"/x\"\n[[view]]\nlayer = 0\nmountpoint = \"/m\"\n[[view]]\nlayer = 0\nmountpoint = \"/m\"\n", "mountpoint /m is named twice"},
+		{"lower = \"/x\"\ncolour = 1\n[[view]]\nlayer = 0\nmountpoint = \"/m\"\n", `unknown key "colour"`},
+	} {
+		f := filepath.Join(dir, "s.toml")
+		os.WriteFile(f, []byte(c.toml), 0o644)
+		_, err := stack.ParseFile(f)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), f) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: got %v, want one line naming %s and saying %q", c.toml, err, f, c.want)
+		}
+	}
+}
+
+// A good one gives the spec, layer options and all.
+func TestParseFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "s.toml")
+	os.WriteFile(f, []byte("lower = \"/srv\"\n[[layer]]\nname = \"crypt\"\npassfile = \"/p\"\n[[view]]\nlayer = 0\nmountpoint = \"/raw\"\n[[view]]\nlayer = 1\nmountpoint = \"/m\"\n"), 0o644)
+	sp, err := stack.ParseFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Lower != "/srv" || len(sp.Layers) != 1 || sp.Layers[0].Name != "crypt" || sp.Layers[0].Options["passfile"] != "/p" ||
+		len(sp.Views) != 2 || sp.Views[1] != (stack.View{Layer: 1, Mountpoint: "/m"}) {
+		t.Errorf("got %+v", sp)
+	}
+}
