@@ -45,7 +45,9 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 	case layer.Attrs:
 		in.NotifyContent(-1, 0) // attributes only
 	case layer.Entries:
-		in.NotifyContent(-1, 0) // the directory's size, times, links
+		// The directory's size, times and links, and its listing.
+		in.listed.Store(false)
+		in.NotifyContent(0, 0)
 		v.invalidateName(in, ev.Name)
 	}
 }

@@ -17,6 +17,9 @@ type inode struct {
 	fs.Inode
 	v *view
 	h *held
+	// listed: the kernel may hold a listing of this directory (opened
+	// with FOPEN_CACHE_DIR), which changing must drop.
+	listed atomic.Bool
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -154,7 +157,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	var a layer.Attr
 	c, e := i.node().Mkdir(i.v.creator(ctx), name, mode, &a)
 	if e != 0 {
@@ -164,7 +167,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	var a layer.Attr
 	c, e := i.node().Mknod(i.v.creator(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
@@ -174,7 +177,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	var a layer.Attr
 	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
@@ -184,7 +187,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	t, ok := target.(*inode)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -198,7 +201,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	var a layer.Attr
 	c, h, e := i.node().Create(i.v.creator(ctx), name, flags, mode, &a)
 	if e != 0 {
@@ -208,12 +211,12 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	defer i.v.cached.Busy(i.node().Token())()
+	defer i.changing()()
 	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
@@ -222,8 +225,8 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
-	defer i.v.cached.Busy(i.node().Token())()
-	defer i.v.cached.Busy(p.node().Token())()
+	defer i.changing()()
+	defer p.changing()()
 	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 
@@ -244,9 +247,28 @@ func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle,
 	if e != 0 {
 		return nil, 0, e
 	}
-	// No FOPEN_CACHE_DIR: a cached listing would serve an open stream's
-	// seekdir from before deletions made since, where ext4 does not.
-	return &dirHandle{d: d, v: i.v}, 0, 0
+	if !i.v.opts.KeepCache {
+		return &dirHandle{d: d, v: i.v}, 0, 0
+	}
+	// The kernel keeps the listing: changes through this view drop it
+	// (changing), and those through others or beside the stack too
+	// (holder.go).
+	i.listed.Store(true)
+	return &dirHandle{d: d, v: i.v}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// changing marks a request that changes i's entries: busy while it runs
+// (holder.go), and the kernel's listing of i dropped before the reply. The
+// kernel starts a fresh listing after its own changes, but an open stream
+// that seeks would list, from its cache, names since removed.
+func (i *inode) changing() func() {
+	done := i.v.cached.Busy(i.node().Token())
+	return func() {
+		if i.listed.Swap(false) {
+			i.NotifyContent(0, 0)
+		}
+		done()
+	}
 }
 
 func (i *inode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

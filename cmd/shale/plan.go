@@ -145,28 +145,32 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every view is a holder of the stack's manager: changes made through
+	// any view, and those other programs make in the lower directory (the
+	// watch), are pushed to the others, so the kernel may cache names and
+	// attributes long and keep pages across opens. A write through FUSE
+	// passthrough is the kernel's own, which the watch sees too.
 	opts := fuseview.Options{
 		Timeout:     f.timeout,
 		AllowOther:  f.allowOther,
 		Passthrough: !f.noPassthrough,
 		Source:      p.spec.Lower,
 		Debug:       f.debug,
+		Coherent:    true,
+		KeepCache:   true,
 	}
-	if p.stack {
-		// Changes are pushed to every view, so the kernel may cache long
-		// and keep pages across opens. Passthrough would let the kernel
-		// write beside the manager, so views serve data themselves.
-		opts.Coherent = true
-		opts.KeepCache = true
-		if !p.spec.CoherenceOff {
-			// Changes other programs make in the lower directory.
-			if _, err := hostfs.Watch(nodes[0]); err != nil {
+	if !f.timeoutSet {
+		opts.Timeout = time.Hour
+	}
+	if !p.spec.CoherenceOff {
+		if _, err := hostfs.Watch(nodes[0]); err != nil {
+			if p.stack {
 				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; run as root, or use --coherence=off", p.spec.Lower, err)
 			}
-		}
-		opts.Passthrough = false
-		if !f.timeoutSet {
-			opts.Timeout = time.Hour
+			// Unwatched, changes made beside shale are seen only when the
+			// kernel asks again: within --timeout, and pages at each open.
+			slog.Warn("changes made directly in the lower directory show within --timeout", "lower", p.spec.Lower, "err", err)
+			opts.Timeout, opts.KeepCache = f.timeout, false
 		}
 	}
 	var mounts []*mounted
