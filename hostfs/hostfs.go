@@ -24,6 +24,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,7 +39,8 @@ type FS struct {
 	rootDev uint64
 	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
 	fds     *fdCache
-	st      *stack.Stack // raises its events, keeps its locks
+	st      *stack.Stack                 // raises its events, keeps its locks
+	inotify atomic.Pointer[inotifyWatch] // while inotify watches (inotify.go)
 }
 
 // KeepsOffsets: the FS is the bottom of its stack.
@@ -266,6 +268,7 @@ func (fs *FS) adopt(fd int, out *layer.Attr) (*node, layer.Errno) {
 		return nil, errno(err)
 	}
 	out.FromStatx(&st)
+	fs.watchDir(fd, &st) // before a view can cache anything in it
 	n := fs.newNode(fd, &st)
 	fs.fds.add(n)
 	return n, 0

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -11,29 +12,60 @@ import (
 	"github.com/shalefs/shale/layer"
 )
 
+// How Watch may notice changes made beside shale.
+const (
+	WatchAuto     = "auto"     // fanotify where it works, else inotify
+	WatchFanotify = "fanotify" // a filesystem mark: root, on file systems with handles
+	WatchInotify  = "inotify"  // a watch on each directory: anyone (inotify.go)
+)
+
 // Watch notices changes that other programs make beneath root's directory
 // and raises them as events, with View 0, like the changes made through
-// the FS. It uses fanotify with a filesystem mark (root only), which
-// reports every change on the lower file system with file handles; events
-// of shale's own process are skipped, since the FS raised them already.
+// the FS. how says with what (WatchAuto, WatchFanotify, WatchInotify);
+// log hears which watcher auto chose, and what inotify cannot cover.
 // stop ends the watch.
-func Watch(root layer.Node) (stop func(), err error) {
+//
+// fanotify with a filesystem mark reports every change on the lower file
+// system with file handles, and the pid that made it, so events of shale's
+// own process are skipped: the FS raised them already. It needs root, and
+// a file system it can mark (not some FUSE or overlay lowers); where it
+// cannot, auto falls back to inotify.
+func Watch(root layer.Node, how string, log *slog.Logger) (stop func(), err error) {
 	n, ok := root.(*node)
 	if !ok {
 		return nil, errors.New("hostfs.Watch: not a hostfs node")
 	}
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_REPORT_FID|unix.FAN_REPORT_DFID_NAME, unix.O_RDONLY|unix.O_CLOEXEC)
+	switch how {
+	case WatchFanotify:
+		return n.fs.watchFanotify()
+	case WatchInotify:
+		return n.fs.watchInotify(n, log)
+	case WatchAuto:
+		stop, err := n.fs.watchFanotify()
+		if err == nil {
+			return stop, nil
+		}
+		log.Info("watching the lower directory with inotify", "lower", n.fs.dir, "fanotify", err)
+		return n.fs.watchInotify(n, log)
+	}
+	return nil, fmt.Errorf("no watcher %q: say %s, %s or %s", how, WatchAuto, WatchFanotify, WatchInotify)
+}
+
+func (fs *FS) watchFanotify() (stop func(), err error) {
+	// Non-blocking, so that closing it ends the pending read.
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_FID|unix.FAN_REPORT_DFID_NAME, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fanotify: %v (it needs root)", err)
 	}
-	const mask = unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CREATE | unix.FAN_DELETE |
+	// CLOSE_WRITE: stores through a shared mapping make no MODIFY.
+	const mask = unix.FAN_MODIFY | unix.FAN_CLOSE_WRITE | unix.FAN_ATTRIB | unix.FAN_CREATE | unix.FAN_DELETE |
 		unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO | unix.FAN_ONDIR
-	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, mask, unix.AT_FDCWD, n.fs.dir); err != nil {
+	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, mask, unix.AT_FDCWD, fs.dir); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("fanotify mark on %s: %v", n.fs.dir, err)
+		return nil, fmt.Errorf("fanotify mark on %s: %v", fs.dir, err)
 	}
 	f := os.NewFile(uintptr(fd), "fanotify")
-	go n.fs.watch(f)
+	go fs.watch(f)
 	return func() { f.Close() }, nil
 }
 
@@ -107,9 +139,12 @@ func (fs *FS) noticed(mask uint64, info []byte) {
 	if dir != nil && mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_MOVED_FROM|unix.FAN_MOVED_TO) != 0 {
 		fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: *dir, Name: name})
 	}
+	if object == nil && name == "." {
+		object = dir // a directory's own event names it "." in itself
+	}
 	if object != nil {
 		kind := layer.Attrs
-		if mask&unix.FAN_MODIFY != 0 {
+		if mask&(unix.FAN_MODIFY|unix.FAN_CLOSE_WRITE) != 0 {
 			kind = layer.Data
 		}
 		fs.st.Events().Raise(layer.Event{Kind: kind, Token: *object})

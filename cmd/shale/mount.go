@@ -33,6 +33,7 @@ type mountFlags struct {
 	layerFlags
 	stack      string
 	coherence  string
+	watch      string
 	timeoutSet bool // --timeout was given
 }
 
@@ -100,6 +101,8 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
 	fl.MarkHidden("cpuprofile")
+	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
+	fl.MarkHidden("watch")
 	rootCmd.AddCommand(cmd)
 }
 

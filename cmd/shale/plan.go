@@ -163,9 +163,9 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 		opts.Timeout = time.Hour
 	}
 	if !p.spec.CoherenceOff {
-		if _, err := hostfs.Watch(nodes[0]); err != nil {
+		if _, err := hostfs.Watch(nodes[0], f.watch, slog.Default()); err != nil {
 			if p.stack {
-				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; run as root, or use --coherence=off", p.spec.Lower, err)
+				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; --coherence=off runs without", p.spec.Lower, err)
 			}
 			// Unwatched, changes made beside shale are seen only when the
 			// kernel asks again: within --timeout, and pages at each open.
