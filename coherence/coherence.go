@@ -7,8 +7,10 @@
 //
 // This is the UCLA design cut to what shale's layers cache today: only the
 // kernels hold caches, every layer shares the token of the file beneath
-// it, and layers that change names translate the names of events across
-// themselves (layer.NameTranslator). See docs/coherence.md.
+// it, a layer whose objects are not one to one with those beneath
+// translates events across itself (layer.EventTranslator: shard's
+// buckets), and layers that change names translate the names of events
+// (layer.NameTranslator). See docs/coherence.md.
 package coherence
 
 import (
@@ -25,27 +27,35 @@ type Holder interface {
 // Manager dispatches a stack's events to its holders.
 type Manager struct {
 	mu      sync.RWMutex
-	holders map[uint32]Holder
+	holders map[uint32]holder
 	next    uint32
 	off     bool
+}
+
+// holder is a registered Holder and the node it holds the stack at.
+type holder struct {
+	h  Holder
+	at layer.Node
 }
 
 // New makes the manager of the stack whose bottom raises events on src.
 // With off set it registers holders but never calls them back (for tests
 // and benchmarks that show what coherence costs and buys).
 func New(src *layer.Events, off bool) *Manager {
-	m := &Manager{holders: map[uint32]Holder{}, off: off}
+	m := &Manager{holders: map[uint32]holder{}, off: off}
 	src.Subscribe(m.dispatch)
 	return m
 }
 
-// Register adds a holder and returns its view number, which the holder's
-// requests carry in layer.Caller.View.
-func (m *Manager) Register(h Holder) uint32 {
+// Register adds a holder of the files beneath node at (a view's root) and
+// returns its view number, which the holder's requests carry in
+// layer.Caller.View. The holder is given events as at's layer translates
+// them (layer.Translate).
+func (m *Manager) Register(h Holder, at layer.Node) uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
-	m.holders[m.next] = h
+	m.holders[m.next] = holder{h, at}
 	return m.next
 }
 
@@ -61,14 +71,23 @@ func (m *Manager) dispatch(ev layer.Event) {
 		return
 	}
 	m.mu.RLock()
-	hs := make([]Holder, 0, len(m.holders))
+	hs := make([]holder, 0, len(m.holders))
 	for v, h := range m.holders {
 		if v != ev.View {
 			hs = append(hs, h)
 		}
 	}
 	m.mu.RUnlock()
+	// Holders at one node share its translation.
+	translated := map[layer.Node][]layer.Event{}
 	for _, h := range hs {
-		h.Invalidate(ev)
+		evs, ok := translated[h.at]
+		if !ok {
+			evs = layer.Translate(h.at, ev)
+			translated[h.at] = evs
+		}
+		for _, e := range evs {
+			h.h.Invalidate(e)
+		}
 	}
 }

@@ -69,7 +69,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	var m *coherence.Manager
 	if o.Coherent {
 		m = st.Manager()
-		v.id = m.Register(v)
+		v.id = m.Register(v, root)
 	}
 	if r, ok := root.(layer.OffsetKeeper); ok {
 		v.sameOffsets = r.KeepsOffsets()

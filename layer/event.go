@@ -10,8 +10,13 @@ import (
 // they notice beneath them; the coherence manager passes them on.
 type Event struct {
 	Kind  EventKind
-	Token Token  // the file that changed; for Entries, the directory
-	Name  string // for Entries: the name (in the raiser's namespace) that changed
+	Token Token // the file that changed; for Entries, the directory
+	// Name is, for Entries, the entry that changed, in the form the node
+	// of directory Token understands (NameTranslator): at the bottom of
+	// the stack, its name there. A layer that shows several lower
+	// directories as one (shard's buckets) puts the one it was in first,
+	// "bucket/name": '/' is in no name, so the form cannot be mistaken.
+	Name string
 	// Off and Len bound a Data change; Len 0 means the whole file. They
 	// are offsets of the raiser's file; layers that reshape files widen
 	// the range to the whole file.
@@ -63,12 +68,41 @@ func (s *Events) Raise(ev Event) {
 }
 
 // NameTranslator is implemented by nodes of layers that change names: for
-// a directory, it maps a name that an event from the bottom of the stack
-// carries (the name in the lower namespace of this directory) to this
-// layer's name, or ok=false if it has none (the layer's own files).
+// a directory, it maps the Name of an Entries event about it (see Event)
+// to this layer's name, or ok=false if it has none (the layer's own
+// files). A node that is not one keeps the name.
 type NameTranslator interface {
 	UpperName(ctx context.Context, lowerName string) (name string, ok bool)
 }
+
+// EventTranslator is implemented by the nodes of layers (a view's root is
+// asked): Translate gives what an event raised at the bottom of the stack
+// means in this layer, after the layers beneath have translated it. Every
+// layer of shale keeps the tokens of the layer beneath (docs/coherence.md
+// says why), so a layer has work here only where its objects are not one
+// to one with those beneath: shard moves its buckets' events onto their
+// managed directory and drops those that only its buckets see. The result
+// may hold any number of events.
+//
+// Translate runs on the raiser's goroutine, which may hold any layer's
+// locks: it must not take one that a layer holds while it calls the
+// layers beneath it.
+type EventTranslator interface {
+	Translate(ev Event) []Event
+}
+
+// Translate gives the events ev means at node n's layer.
+func Translate(n Node, ev Event) []Event {
+	if t, ok := n.(EventTranslator); ok {
+		return t.Translate(ev)
+	}
+	return []Event{ev}
+}
+
+// Translate: a layer built on PassThrough shows each lower object as one of
+// its own, under the same token, so its events are those beneath; a layer
+// that folds objects together overrides it.
+func (p *PassThrough) Translate(ev Event) []Event { return Translate(p.Lower, ev) }
 
 // Deferred holds the events raised while a request holds a lock that a
 // kernel request may wait on: delivering them then could deadlock (an
