@@ -229,7 +229,7 @@ func (n *node) unconvert(ctx context.Context, st *dirState, h layer.Handle, in *
 		}
 	}
 	st.mu.Lock()
-	st.t.drop()
+	n.fs.dropBuckets(st.t)
 	st.t = newBuckets()
 	st.mu.Unlock()
 	for _, b := range bs {
@@ -280,7 +280,7 @@ func (f *fs) emptyManaged(ctx context.Context, d layer.Node, name string) layer.
 	if st != nil {
 		st.mu.Lock()
 		if st.t != nil {
-			st.t.drop()
+			f.dropBuckets(st.t)
 			st.t = newBuckets()
 			for _, b := range bs {
 				st.t.exists[b] = true

@@ -21,13 +21,18 @@ type fs struct {
 	mu   sync.Mutex
 	dirs map[layer.Token]*dirState
 
+	// byBucket finds the bucket nodes that dirs' states cache by token,
+	// to translate their events (events.go). It is taken last.
+	bmu      sync.Mutex
+	byBucket map[layer.Token]bucketRef
+
 	log *slog.Logger
 }
 
 // New stacks a shard layer over lower, in st. lower stays the caller's:
 // Forget on the new root does not forget it.
 func New(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
-	f := &fs{dirs: map[layer.Token]*dirState{}, log: slog.Default()}
+	f := &fs{dirs: map[layer.Token]*dirState{}, byBucket: map[layer.Token]bucketRef{}, log: slog.Default()}
 	return f.node(lower, true), nil
 }
 

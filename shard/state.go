@@ -44,10 +44,22 @@ func newBuckets() *buckets {
 	return t
 }
 
-// drop forgets the cached bucket nodes.
-func (t *buckets) drop() {
+// keepBucket caches c as bucket b of st, whose events are then its
+// directory's (Translate); st.mu is held.
+func (f *fs) keepBucket(st *dirState, b int, c layer.Node) {
+	st.t.nodes[b] = c
+	f.bmu.Lock()
+	f.byBucket[c.Token()] = bucketRef{st, b}
+	f.bmu.Unlock()
+}
+
+// dropBuckets forgets the bucket nodes t caches.
+func (f *fs) dropBuckets(t *buckets) {
 	for i, b := range t.nodes {
 		if b != nil {
+			f.bmu.Lock()
+			delete(f.byBucket, b.Token())
+			f.bmu.Unlock()
 			b.Forget()
 			t.nodes[i] = nil
 		}
@@ -92,7 +104,7 @@ func (f *fs) unref(st *dirState) {
 	delete(f.dirs, st.tok)
 	st.mu.Lock()
 	if st.t != nil {
-		st.t.drop()
+		f.dropBuckets(st.t)
 	}
 	st.mu.Unlock()
 }
@@ -192,7 +204,8 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 		c.Forget()
 		return old, 0
 	}
-	st.t.nodes[b], st.t.exists[b], st.t.subdirs[b] = c, true, int32(a.Nlink)-2
+	n.fs.keepBucket(st, b, c)
+	st.t.exists[b], st.t.subdirs[b] = true, int32(a.Nlink)-2
 	return c, 0
 }
 
@@ -238,7 +251,9 @@ func (noValues) Value(any) any { return nil }
 // subdirsChanged notes that bucket b may have gained or lost directories.
 func (st *dirState) subdirsChanged(b int) {
 	st.mu.Lock()
-	st.t.subdirs[b] = -1
+	if st.t != nil { // unless converted back meanwhile (Translate)
+		st.t.subdirs[b] = -1
+	}
 	st.mu.Unlock()
 }
 
@@ -261,7 +276,7 @@ func (n *node) fixNlink(ctx context.Context, st *dirState, a *layer.Attr) {
 			if c := t.nodes[b]; c != nil {
 				e = c.Getattr(ctx, nil, &ba)
 			} else if c, e = n.Lower.Lookup(ctx, bucketName(b), &ba); e == 0 {
-				t.nodes[b] = c
+				n.fs.keepBucket(st, b, c)
 			}
 			if e == syscall.ENOENT {
 				t.exists[b] = false
