@@ -15,9 +15,15 @@ var rootCmd = &cobra.Command{
 them through FUSE.
 
   shale mount LOWER MOUNTPOINT    mirror LOWER at MOUNTPOINT (the loop view)
-  shale umount MOUNTPOINT         end a mount`,
-	SilenceUsage:  true,
-	SilenceErrors: true,
+  shale umount MOUNTPOINT         end a mount
+  shale LOWER MOUNTPOINT -o OPTS  shale mount -o OPTS, as mount(8) runs it
+                                  for type fuse.shale (docs/admin.md)`,
+	Args: cobra.ArbitraryArgs,
+	// As cobra does for a root command without arguments of its own.
+	SuggestionsMinimumDistance: 2,
+	RunE:                       runRoot,
+	SilenceUsage:               true,
+	SilenceErrors:              true,
 }
 
 // main reports every user-facing error the same way: one line on stderr

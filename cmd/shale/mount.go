@@ -34,7 +34,9 @@ type mountFlags struct {
 	stack      string
 	coherence  string
 	watch      string
-	timeoutSet bool // --timeout was given
+	timeoutSet bool     // --timeout was given
+	options    []string // -o, as mount(8) gives them (mountopts.go)
+	vfs        vfsFlags // the generic ones of options
 }
 
 // readyFdEnv names the descriptor on which a background child reports
@@ -71,10 +73,15 @@ kept coherent (docs/coherence.md):
 ` + "\n" + `Layers:
 ` + layerHelp() + `
 It returns once the mount is ready and keeps serving in the background; with -f
-it stays in the foreground (for systemd). End it with "shale umount MOUNTPOINT",
-plain umount, or SIGTERM/SIGINT to the serving process. With --stack each view
-is unmounted on its own, and the process ends with the last; views of one layer
-share one mount (bind mounts), so shared mappings are coherent between them.
+it stays in the foreground (for systemd). -o takes the flags in mount(8)'s
+form, as "mount -t fuse.shale" and /etc/fstab give them (docs/admin.md):
+
+  shale mount -o layer=crypt,passfile=F,ro LOWER MNT
+
+End it with "shale umount MOUNTPOINT", plain umount, or SIGTERM/SIGINT to the
+serving process. With --stack each view is unmounted on its own, and the
+process ends with the last; views of one layer share one mount (bind mounts),
+so shared mappings are coherent between them.
 
 As root the mount is open to every user (allow_other), and the kernel checks
 each user's permissions against those of LOWER (default_permissions). File data
@@ -84,6 +91,10 @@ Changes made through the mount are never served stale. Changes made directly in
 LOWER by other programs are seen within --timeout (default 1s).`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := f.applyOptions(cmd.Flags(), args)
+			if err != nil {
+				return err
+			}
 			f.timeoutSet = cmd.Flags().Changed("timeout")
 			return runMount(cmd, &f, args)
 		},
@@ -103,6 +114,7 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	fl.MarkHidden("cpuprofile")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
+	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -271,6 +283,10 @@ func serve(f *mountFlags, p *plan) error {
 	raiseFileLimit()
 	mounts, err := p.mount(f)
 	if err != nil {
+		return report(ready, err)
+	}
+	if err := f.vfs.apply(mounts); err != nil {
+		unmountAll(mounts, logger)
 		return report(ready, err)
 	}
 	for _, v := range p.spec.Views {
