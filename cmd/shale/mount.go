@@ -73,8 +73,9 @@ kept coherent (docs/coherence.md):
 ` + "\n" + `Layers:
 ` + layerHelp() + `
 It returns once the mount is ready and keeps serving in the background; with -f
-it stays in the foreground (for systemd). -o takes the flags in mount(8)'s
-form, as "mount -t fuse.shale" and /etc/fstab give them (docs/admin.md):
+it stays in the foreground (for systemd: it tells a unit of Type=notify when it
+is ready). -o takes the flags in mount(8)'s form, as "mount -t fuse.shale" and
+/etc/fstab give them (docs/admin.md):
 
   shale mount -o layer=crypt,passfile=F,ro LOWER MNT
 
@@ -275,12 +276,19 @@ func serve(f *mountFlags, p *plan) error {
 	if os.Getenv(readyFdEnv) != "" {
 		ready = os.NewFile(3, "ready")
 		os.Unsetenv(readyFdEnv)
+		// A unit's main process is the parent, gone once the mount is
+		// ready: systemd would ignore, or misread, what a child tells it.
+		os.Unsetenv("NOTIFY_SOCKET")
 	}
 	logger, err := openLog(f, ready != nil)
 	if err != nil {
 		return report(ready, err)
 	}
 	raiseFileLimit()
+	// Caught before any view is mounted, so that a stop signal, however
+	// early (systemd may send one right after READY=1), unmounts them.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	mounts, err := p.mount(f)
 	if err != nil {
 		return report(ready, err)
@@ -302,6 +310,7 @@ func serve(f *mountFlags, p *plan) error {
 			}
 		}
 	}
+	notify(logger, "READY=1", servingStatus(p))
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -319,13 +328,15 @@ func serve(f *mountFlags, p *plan) error {
 		}
 		close(done)
 	}()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	ending := func(why string) {
+		logger.Info("ending", "why", why)
+		notify(logger, "STOPPING=1", "STATUS=ending: "+why)
+	}
 	select {
 	case <-done:
-		logger.Info("ending", "why", "every view was unmounted")
+		ending("every view was unmounted")
 	case s := <-sig:
-		logger.Info("ending", "why", "signal "+s.String())
+		ending("signal " + s.String())
 		unmountAll(mounts, logger)
 		<-done
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -351,4 +353,102 @@ func TestMount8ReadOnly(t *testing.T) {
 	}
 	umount8(t, mnt)
 	waitGone(t, pid)
+}
+
+// TestSdNotify: shale mount -f under systemd (Type=notify) says READY=1
+// once mounted and STOPPING=1 when it ends; in the background, where the
+// unit's main process is gone, it says nothing.
+func TestSdNotify(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		abstract   bool // the socket in the abstract namespace ("@...")
+		foreground bool
+	}{{"socket path", false, true}, {"abstract socket", true, true}, {"background", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			lower, mnt := dirs(t, dir, "v")
+			addr := filepath.Join(dir, "notify")
+			if c.abstract {
+				addr = "@shale-test-" + strconv.Itoa(os.Getpid())
+			}
+			sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sock.Close()
+			args := []string{"mount", lower, mnt}
+			if c.foreground {
+				args = []string{"mount", "-f", lower, mnt}
+			}
+			cmd := exec.Command(shaleBin, args...)
+			cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+addr)
+			if !c.foreground {
+				if code, out := runCmd(t, cmd); code != 0 {
+					t.Fatalf("shale mount: %s", out)
+				}
+				pid := servingPid(t, mnt)
+				umount8(t, mnt)
+				waitGone(t, pid)
+				// Whatever it sent is queued by now: look without waiting.
+				raw, err := sock.SyscallConn()
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 4096)
+				var n int
+				raw.Read(func(fd uintptr) bool {
+					n, _, err = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+					return true
+				})
+				if !errors.Is(err, unix.EAGAIN) {
+					t.Errorf("a background mount told systemd %q (%v)", buf[:max(n, 0)], err)
+				}
+				return
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var waitErr error
+			exited := make(chan struct{})
+			go func() {
+				waitErr = cmd.Wait()
+				close(exited)
+			}()
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				<-exited
+			})
+			// A hang guard, far beyond what a busy machine needs.
+			sock.SetReadDeadline(time.Now().Add(time.Minute))
+			msg, err := readNotify(sock)
+			if err != nil {
+				t.Fatalf("no READY=1: %v", err)
+			}
+			if _, _, ok := mountedAt(mnt); !ok || msg != "READY=1\nSTATUS=serving "+lower+" at "+mnt {
+				t.Fatalf("told %q, mounted %v; want READY=1 and a STATUS once mounted", msg, ok)
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			if msg, err = readNotify(sock); err != nil || !strings.HasPrefix(msg, "STOPPING=1\nSTATUS=") {
+				t.Fatalf("told %q (%v), want STOPPING=1 and a STATUS", msg, err)
+			}
+			select {
+			case <-exited:
+				if waitErr != nil {
+					t.Errorf("shale mount -f: %v", waitErr)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("shale mount -f still running a minute after SIGTERM")
+			}
+			if _, _, ok := mountedAt(mnt); ok {
+				t.Errorf("%s still mounted", mnt)
+			}
+		})
+	}
+}
+
+// readNotify reads one sd_notify message.
+func readNotify(sock *net.UnixConn) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := sock.Read(buf)
+	return string(buf[:n]), err
 }
