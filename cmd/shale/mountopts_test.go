@@ -417,6 +417,9 @@ func TestSdNotify(t *testing.T) {
 			t.Cleanup(func() {
 				cmd.Process.Kill()
 				<-exited
+				if _, _, ok := mountedAt(mnt); ok {
+					unix.Unmount(mnt, unix.MNT_DETACH)
+				}
 			})
 			// A hang guard, far beyond what a busy machine needs.
 			sock.SetReadDeadline(time.Now().Add(time.Minute))
