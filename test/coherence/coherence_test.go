@@ -63,17 +63,31 @@ func mountStack(t *testing.T, coherence string) views {
 // and the views' mountpoints.
 func mountViews(t *testing.T, coherence string, layers ...int) (string, []string) {
 	t.Helper()
+	return mountLayers(t, coherence, []string{"crypt", "rot13"}, layers...)
+}
+
+// mountLayers is mountViews for the stack of the named layers over a new
+// lower directory, bottom-most first; a crypt layer must be the first.
+func mountLayers(t *testing.T, coherence string, names []string, layers ...int) (string, []string) {
+	t.Helper()
 	base := t.TempDir()
 	lower := filepath.Join(base, "lower")
 	if err := os.Mkdir(lower, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pass := filepath.Join(base, "pass")
-	os.WriteFile(pass, []byte("coherence\n"), 0o600)
-	if out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput(); err != nil {
-		t.Fatalf("shale init: %v: %s", err, out)
+	toml := fmt.Sprintf("lower = %q\n", lower)
+	for _, name := range names {
+		toml += fmt.Sprintf("[[layer]]\nname = %q\n", name)
+		if name != "crypt" {
+			continue
+		}
+		pass := filepath.Join(base, "pass")
+		os.WriteFile(pass, []byte("coherence\n"), 0o600)
+		if out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput(); err != nil {
+			t.Fatalf("shale init: %v: %s", err, out)
+		}
+		toml += fmt.Sprintf("passfile = %q\n", pass)
 	}
-	toml := fmt.Sprintf("lower = %q\n[[layer]]\nname = \"crypt\"\npassfile = %q\n[[layer]]\nname = \"rot13\"\n", lower, pass)
 	var mnts []string
 	for i, l := range layers {
 		m := filepath.Join(base, fmt.Sprintf("view%d-layer%d", i, l))
