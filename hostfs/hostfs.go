@@ -41,6 +41,7 @@ type FS struct {
 	fds     *fdCache
 	st      *stack.Stack                 // raises its events, keeps its locks
 	inotify atomic.Pointer[inotifyWatch] // while inotify watches (inotify.go)
+	minted  minted                       // generations of files that have no other (gen.go)
 }
 
 // KeepsOffsets: the FS is the bottom of its stack.
@@ -68,7 +69,7 @@ func (fs *FS) raiseGone(ctx context.Context, dirfd int, name string) {
 	}
 	var st unix.Statx_t
 	if unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &st) == nil {
-		fs.raise(ctx, layer.Attrs, fs.token(&st), "")
+		fs.raise(ctx, layer.Attrs, fs.token(dirfd, name, &st), "")
 	}
 }
 
@@ -111,20 +112,25 @@ type node struct {
 }
 
 func (fs *FS) newNode(fd int, st *unix.Statx_t) *node {
-	return &node{fs: fs, fd: fd, token: fs.token(st), dev: unix.Mkdev(st.Dev_major, st.Dev_minor), slot: -1}
+	return &node{fs: fs, fd: fd, token: fs.tokenOf(fd, "", st, true), dev: unix.Mkdev(st.Dev_major, st.Dev_minor), slot: -1}
 }
 
-// token derives a stable identity from device, inode number and birth time.
-// Inodes of the root's device keep their number; others are mixed with
-// their device so that submounts do not collide.
-func (fs *FS) token(st *unix.Statx_t) layer.Token {
+// token is the identity of the file st describes, which fd holds or, if
+// name is not "", name in directory fd has.
+func (fs *FS) token(fd int, name string, st *unix.Statx_t) layer.Token {
+	return fs.tokenOf(fd, name, st, false)
+}
+
+// tokenOf is token, for a new node if hold is set (gen.go). Inodes of the
+// root's device keep their number; others are mixed with their device so
+// that submounts do not collide.
+func (fs *FS) tokenOf(fd int, name string, st *unix.Statx_t, hold bool) layer.Token {
 	dev := unix.Mkdev(st.Dev_major, st.Dev_minor)
 	ino := st.Ino
 	if dev != fs.rootDev {
 		ino ^= (dev << 32) | (dev >> 32)
 	}
-	gen := uint64(st.Btime.Sec)*1e9 + uint64(st.Btime.Nsec)
-	return layer.Token{Ino: ino, Gen: gen}
+	return layer.Token{Ino: ino, Gen: fs.gen(fd, name, st, ino, hold)}
 }
 
 func statx(fd int, st *unix.Statx_t) error {
@@ -165,7 +171,10 @@ func validName(name string) layer.Errno {
 
 func (n *node) Token() layer.Token { return n.token }
 
-func (n *node) Forget() { n.forget() }
+func (n *node) Forget() {
+	n.forget()
+	n.fs.minted.release(n.token)
+}
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	if f, ok := h.(*file); ok {
@@ -268,8 +277,10 @@ func (fs *FS) adopt(fd int, out *layer.Attr) (*node, layer.Errno) {
 		return nil, errno(err)
 	}
 	out.FromStatx(&st)
-	fs.watchDir(fd, &st) // before a view can cache anything in it
+	// The node first: it holds a minted generation (gen.go) that the
+	// watch's token of it must be.
 	n := fs.newNode(fd, &st)
+	fs.watchDir(fd, &st) // before a view can cache anything in it
 	fs.fds.add(n)
 	return n, 0
 }

@@ -147,7 +147,7 @@ func (w *inotifyWatch) stop() {
 // node of it goes up the stack.
 func (fs *FS) watchDir(fd int, st *unix.Statx_t) {
 	if w := fs.inotify.Load(); w != nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		w.add(fd, fs.token(st), true) // a failure is logged
+		w.add(fd, fs.token(fd, "", st), true) // a failure is logged
 	}
 }
 
@@ -238,7 +238,7 @@ func (w *inotifyWatch) tree(fd int) bool {
 	if statx(fd, &st) != nil {
 		return true
 	}
-	d, err := w.add(fd, w.fs.token(&st), false)
+	d, err := w.add(fd, w.fs.token(fd, "", &st), false)
 	if err != nil {
 		return err == unix.EACCES || err == unix.ENOENT || err == unix.ENOTDIR
 	}
@@ -349,7 +349,7 @@ func (w *inotifyWatch) noticed(evs []layer.Event, dirs []int, wd int, mask uint3
 	if mask&(unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO) != 0 {
 		kind = layer.Data
 	}
-	evs = append(evs, layer.Event{Kind: kind, Token: w.fs.token(&st)})
+	evs = append(evs, layer.Event{Kind: kind, Token: w.fs.token(d.fd, name, &st)})
 	if mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if fd, err := unix.Openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 			dirs = append(dirs, fd)

@@ -163,5 +163,5 @@ func (fs *FS) tokenOfHandle(h unix.FileHandle) (layer.Token, bool) {
 	if statx(fd, &st) != nil {
 		return layer.Token{}, false
 	}
-	return fs.token(&st), true
+	return fs.token(fd, "", &st), true
 }

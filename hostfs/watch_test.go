@@ -88,7 +88,7 @@ func tokenOf(t *testing.T, n layer.Node, p string) layer.Token {
 	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &st); err != nil {
 		t.Fatal(err)
 	}
-	return n.(*node).fs.token(&st)
+	return n.(*node).fs.token(unix.AT_FDCWD, p, &st)
 }
 
 // sh runs script in dir as another process: fanotify skips shale's own.
