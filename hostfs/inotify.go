@@ -34,18 +34,22 @@ import (
 // not files: the file's token comes from stat'ing the name, through a
 // descriptor the watcher keeps of each directory it watches. A file written
 // and then removed before the watcher stats its name is told as removed
-// only, which matters only to its other links.
+// only, which matters only where it is still open or linked elsewhere.
 //
 // shale's own changes. inotify reports no pid, so it reports the changes
 // shale makes too, which the FS has raised already, before the request
 // returned. They are raised again a moment later, with no view: harmless
 // duplicates, which cost every view (the writer's too) what it cached of
-// the file. Suppressing them by matching shale's recent changes is not
-// safe: the kernel merges an event into an identical one still queued, so
-// a change another program made to the same file in that moment would be
-// swallowed with shale's, and timestamps are too coarse to tell two writes
-// apart. Events read in one batch are raised once each: they all happened
-// before the batch was read.
+// the file. Measured through loop and null views on two busy cores:
+// creating 2,000 small files, writing 256 MiB and reading it back took as
+// long as with fanotify, within the noise; writing 4 KiB and at once
+// reading the 1 MiB file back, 500 times, took up to twice as long, as its
+// pages are read again. Suppressing them by matching shale's recent
+// changes is not safe: the kernel merges an event into an identical one
+// still queued, so a change another program made to the same file in that
+// moment would be swallowed with shale's, and timestamps are too coarse to
+// tell two writes apart. Events read in one batch are raised once each:
+// they all happened before the batch was read.
 //
 // Limits. Each watch counts against fs.inotify.max_user_watches, and the
 // watcher keeps at most a quarter of RLIMIT_NOFILE in descriptors. When
