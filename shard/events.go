@@ -37,8 +37,9 @@ func (n *node) Translate(ev layer.Event) []layer.Event {
 }
 
 // fold moves an event about a bucket onto its managed directory, or drops
-// it (ok=false) if nothing above shows it. It takes no lock but the
-// directory state's and bmu: the raiser may hold fs.conv.
+// it (ok=false) if nothing above shows it. It takes only locks under
+// which the layer changes nothing beneath, so raises no event (fs.mu, a
+// state's mu, bmu), never fs.conv, which the raiser may hold.
 func (f *fs) fold(ev layer.Event) (layer.Event, bool) {
 	if ev.Kind == layer.Everything {
 		f.forgetSubdirs()
