@@ -55,7 +55,14 @@ func (s stackFile) mount(t *testing.T, args ...string) []string {
 	}
 	t.Cleanup(func() {
 		for _, m := range mnts {
-			if out, err := s.shale("umount", m).CombinedOutput(); err != nil {
+			// A stack over this one may still be ending after its own
+			// unmount, and hold files here for a moment.
+			out, err := s.shale("umount", m).CombinedOutput()
+			for deadline := time.Now().Add(10 * time.Second); err != nil && strings.Contains(string(out), "busy") && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				out, err = s.shale("umount", m).CombinedOutput()
+			}
+			if err != nil {
 				t.Errorf("shale umount: %v: %s", err, out)
 				exec.Command("umount", "-l", m).Run()
 			}
