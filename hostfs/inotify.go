@@ -79,7 +79,7 @@ type inotifyWatch struct {
 // watchedDir is a directory the watcher watches.
 type watchedDir struct {
 	wd     int
-	fd     int // an O_PATH descriptor, to stat names in it
+	fd     int // to stat names in it
 	token  layer.Token
 	met    bool // the FS gave a node of it up the stack
 	walked bool // the walk has gone, or goes, beneath it
@@ -196,7 +196,9 @@ func (w *inotifyWatch) addLocked(fd int, tok layer.Token) (*watchedDir, error) {
 		return nil, err
 	}
 	if old := w.byWd[wd]; old != nil {
-		w.forget(old) // its removal is not read yet
+		// The same directory under another token (gen.go mints new ones
+		// for files no node holds, where it has nothing better).
+		w.forget(old)
 	}
 	d := &watchedDir{wd: wd, fd: own, token: tok}
 	w.byWd[wd] = d
