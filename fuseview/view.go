@@ -8,15 +8,14 @@
 package fuseview
 
 import (
-	"fmt"
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/layer"
@@ -43,6 +42,12 @@ type Options struct {
 	// kernel's caches when other views or programs beside the stack change
 	// files.
 	Coherent bool
+	// NoPollHack skips go-fuse's poll hack at mount, which opens a file of
+	// the new mount from this process so that the kernel learns at once
+	// that polling is not supported. Only a process that polls files of
+	// its own mounts needs it (in-process tests do, through Go's
+	// netpoller); a server killed in the middle of it hangs the mount.
+	NoPollHack bool
 	// KeepCache keeps the page cache across opens (safe when Coherent).
 	KeepCache bool
 }
@@ -122,11 +127,15 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	rootInode.h.done.Store(true)
 	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo)}
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		go server.Serve()
+		// NewServer returns once mounted; WaitMount adds only the poll
+		// hack.
+		if !o.NoPollHack {
+			err = server.WaitMount()
+		}
 	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
+	if err != nil {
 		if m != nil {
 			m.Unregister(v.id)
 		}
@@ -146,10 +155,27 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 // starts a mount's backing device at 128 KiB, which go-fuse can only lower,
 // so READs would stay at 128 KiB. Needs root; without it reads stay small.
 func raiseReadahead(dir string, bytes int) {
-	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
-		return
+	// The device comes from mountinfo, not a stat of dir: a request to our
+	// own mount would hang the process, were it killed before the reply.
+	if dev, ok := mountDevice(dir); ok {
+		os.WriteFile("/sys/class/bdi/"+dev+"/read_ahead_kb", []byte(strconv.Itoa(bytes>>10)), 0)
 	}
-	bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	os.WriteFile(bdi, []byte(strconv.Itoa(bytes>>10)), 0)
+}
+
+// mountDevice returns the "major:minor" of the file system mounted last at
+// dir.
+func mountDevice(dir string) (dev string, ok bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	// id parent major:minor root mountpoint ...; mountinfo escapes space,
+	// tab, newline and backslash in octal.
+	esc := strings.NewReplacer(" ", `\040`, "\t", `\011`, "\n", `\012`, `\`, `\134`).Replace(dir)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == esc {
+			dev, ok = f[2], true
+		}
+	}
+	return dev, ok
 }

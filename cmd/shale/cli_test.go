@@ -323,3 +323,56 @@ func TestBadStackFiles(t *testing.T) {
 	code, out := run(t, "mount", "--stack", filepath.Join(dir, "missing.toml"))
 	wantOneLineError(t, code, out, "missing.toml")
 }
+
+// TestKilledWhileMounting: kill -9 of the serving process at the moment
+// its mount appears must not leave a process or a mount that hangs: the
+// server never makes a request to its own mount, whose reply it would
+// wait for forever.
+func TestKilledWhileMounting(t *testing.T) {
+	dir := t.TempDir()
+	lower := filepath.Join(dir, "lower")
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(lower, 0o755)
+	os.Mkdir(mnt, 0o755)
+	for i := 0; i < 20; i++ {
+		cmd := exec.Command(shaleBin, "mount", "-f", lower, mnt)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		// A hang guard only: the mount appears at once on any machine.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			if _, _, ok := mountedAt(mnt); ok {
+				break
+			}
+			select {
+			case <-exited:
+				t.Fatalf("round %d: shale mount -f ended before mounting", i)
+			default:
+			}
+		}
+		cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			abortFuse(mnt)
+			t.Fatalf("round %d: the serving process hangs after kill -9", i)
+		}
+		if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+			t.Fatalf("round %d: detaching the dead mount: %v", i, err)
+		}
+	}
+}
+
+// abortFuse ends the FUSE connection of mnt, so that a hung test can clean
+// up.
+func abortFuse(mnt string) {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
+			_, minor, _ := strings.Cut(f[2], ":")
+			os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0)
+		}
+	}
+}

@@ -158,6 +158,8 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 		Debug:       f.debug,
 		Coherent:    true,
 		KeepCache:   true,
+		// This process never touches its own mounts.
+		NoPollHack: true,
 	}
 	if !f.timeoutSet {
 		opts.Timeout = time.Hour
