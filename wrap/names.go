@@ -3,8 +3,10 @@ package wrap
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -24,7 +26,27 @@ const (
 	linkMax        = 4095     // PATH_MAX-1: the longest symlink target
 	maxLinkSidecar = 16 << 10 // bytes of a long target's sidecar
 	linkPrefix     = ".shale.T."
+	tmpPrefix      = ".shale.tmp." // a layer file or directory being made (putSmall, mkdirWithID)
 )
+
+// Crash safety. A layer file is never rewritten in place: it is written
+// whole under a temporary name and renamed into place (putSmall), and a
+// directory is made under a temporary name with its identity file in it,
+// then renamed (mkdirWithID). What a crash can still leave is of two kinds,
+// hidden like every name starting with ".shale.", and removed when a
+// listing or an emptiness check meets them (tidyUp, clearLeftovers):
+//
+//   - temporaries of an instance of the layer that is gone: each instance
+//     names its own with a random tag (tempName), so those of another tag
+//     are stale. This holds while one process serves a lower directory;
+//   - orphan sidecars: a sidecar comes before its stand-in and goes after
+//     it, so a crash in between leaves it alone. While a long name is
+//     being made its sidecar is not an orphan yet (makingLong).
+//
+// And an empty directory whose identity file is missing or damaged (an
+// rmdir cut short between the two, or a crash of an older version) gets a
+// new identity when it is used (repairDirID); nothing in it was named
+// under the old one.
 
 // hashName is prefix + base64url(SHA-256(b)): a long name's stand-in, a
 // long target's sidecar.
@@ -33,28 +55,223 @@ func hashName(prefix string, b []byte) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// id returns the directory's identity for the NameCodec.
+// newTag names one instance's temporaries.
+func newTag() string {
+	b := make([]byte, 9)
+	rand.Read(b) // never fails (crypto/rand panics on a broken kernel)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// tempName gives a name for a temporary no other is using.
+func (f *fs) tempName() string {
+	return tmpPrefix + f.tag + "." + strconv.FormatUint(f.seq.Add(1), 36)
+}
+
+// isStaleTemp tells a temporary of another instance of the layer.
+func (f *fs) isStaleTemp(lname string) bool {
+	return f.names != nil && strings.HasPrefix(lname, tmpPrefix) && !strings.HasPrefix(lname, tmpPrefix+f.tag+".")
+}
+
+// isSidecar tells a long name's sidecar.
+func (f *fs) isSidecar(lname string) bool {
+	return f.names != nil && strings.HasPrefix(lname, longPrefix) && strings.HasSuffix(lname, sidecarSuffix)
+}
+
+// pendingName is a long name being made: its stand-in in a lower directory.
+type pendingName struct {
+	dir     layer.Token
+	standIn string
+}
+
+// makingLong marks long name lname of directory n as being made until done
+// is called, from before its sidecar is written until its stand-in exists.
+func (n *node) makingLong(lname string) (done func()) {
+	if !n.fs.isLong(lname) {
+		return func() {}
+	}
+	f, k := n.fs, pendingName{n.Lower.Token(), lname}
+	f.tidy.Lock()
+	f.pending[k]++
+	f.tidy.Unlock()
+	return func() {
+		f.tidy.Lock()
+		if f.pending[k]--; f.pending[k] == 0 {
+			delete(f.pending, k)
+		}
+		f.tidy.Unlock()
+	}
+}
+
+// tidyUp removes lname from lower directory d if it is a leftover of a
+// crash, and tells whether it was one (then it is not to be listed).
+func (f *fs) tidyUp(ctx context.Context, d layer.Node, lname string) bool {
+	if !f.isStaleTemp(lname) && !f.isSidecar(lname) {
+		return false
+	}
+	// Most sidecars have their stand-in: tell without the lock.
+	if f.isSidecar(lname) && exists(ctx, d, strings.TrimSuffix(lname, sidecarSuffix)) {
+		return false
+	}
+	ctx, flush := layer.Defer(ctx) // events go out after the lock
+	defer flush()
+	f.tidy.Lock()
+	defer f.tidy.Unlock()
+	return f.removeLeftover(ctx, d, lname)
+}
+
+// removeLeftover removes stale temporary or orphan sidecar lname from lower
+// directory d, unless the sidecar's name is being made or has its stand-in
+// by now; it tells whether lname is gone. f.tidy is held.
+func (f *fs) removeLeftover(ctx context.Context, d layer.Node, lname string) bool {
+	if f.isSidecar(lname) {
+		standIn := strings.TrimSuffix(lname, sidecarSuffix)
+		if f.pending[pendingName{d.Token(), standIn}] > 0 || exists(ctx, d, standIn) {
+			return false
+		}
+		e := d.Unlink(ctx, lname)
+		return e == 0 || e == syscall.ENOENT
+	}
+	var a layer.Attr
+	c, e := d.Lookup(ctx, lname, &a)
+	if e != 0 {
+		return e == syscall.ENOENT
+	}
+	if a.IsDir() {
+		// A directory being made holds at most its identity file.
+		if f.dirs != nil {
+			c.Unlink(ctx, f.dirs.DirIDFile())
+		}
+		c.Forget()
+		e = d.Rmdir(ctx, lname)
+	} else {
+		c.Forget()
+		e = d.Unlink(ctx, lname)
+	}
+	return e == 0 || e == syscall.ENOENT
+}
+
+// clearLeftovers readies lower directory d for removal: ENOTEMPTY if it
+// holds an entry or a long name being made; else the leftovers of crashes
+// in it are removed. Its identity file is left to the caller.
+func (f *fs) clearLeftovers(ctx context.Context, d layer.Node) layer.Errno {
+	ctx, flush := layer.Defer(ctx)
+	defer flush()
+	f.tidy.Lock()
+	defer f.tidy.Unlock()
+	left, e := f.leftovers(ctx, d)
+	if e != 0 {
+		return e
+	}
+	for _, l := range left {
+		if !f.removeLeftover(ctx, d, l) {
+			return syscall.ENOTEMPTY
+		}
+	}
+	return 0
+}
+
+// leftovers lists lower directory d: ENOTEMPTY if it holds an entry, or
+// the sidecar of a long name being made; else the leftovers of crashes
+// in it (an entry's sidecar makes no directory empty: its stand-in is an
+// entry). f.tidy is held.
+func (f *fs) leftovers(ctx context.Context, d layer.Node) ([]string, layer.Errno) {
+	s, e := d.OpenDir(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	defer s.Close()
+	var left []string
+	for {
+		ent, ok, e := s.Next(ctx)
+		if e != 0 || !ok {
+			return left, e
+		}
+		switch l := ent.Name; {
+		case l == "." || l == ".." || f.dirs != nil && l == f.dirs.DirIDFile():
+		case f.isStaleTemp(l) ||
+			f.isSidecar(l) && f.pending[pendingName{d.Token(), strings.TrimSuffix(l, sidecarSuffix)}] == 0:
+			left = append(left, l)
+		default:
+			return nil, syscall.ENOTEMPTY
+		}
+	}
+}
+
+// exists tells whether lower directory d has an entry lname.
+func exists(ctx context.Context, d layer.Node, lname string) bool {
+	var a layer.Attr
+	c, e := d.Lookup(ctx, lname, &a)
+	if e == 0 {
+		c.Forget()
+	}
+	return e == 0
+}
+
+// id returns the directory's identity for the NameCodec; one a crash lost
+// is made anew where that is safe (repairDirID), except in the root.
 func (n *node) id(ctx context.Context) ([]byte, layer.Errno) {
+	return n.loadID(ctx, !n.root)
+}
+
+// loadID returns the directory's identity, the one remembered or read
+// (and repaired if asked).
+func (n *node) loadID(ctx context.Context, repair bool) ([]byte, layer.Errno) {
 	if n.fs.dirs == nil {
 		return nil, 0
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.dirID == nil {
-		id, e := n.fs.readDirID(ctx, n.Lower)
-		if e != 0 {
-			return nil, e
-		}
-		n.dirID = id
+	id := n.dirID
+	n.mu.Unlock()
+	if id != nil {
+		return id, 0
 	}
-	return n.dirID, 0
+	id, e := n.fs.readDirID(ctx, n.Lower)
+	if repair && (e == syscall.ENOENT || e == syscall.EIO) {
+		id, e = n.fs.repairDirID(ctx, n.Lower)
+	}
+	if e != 0 {
+		return nil, e
+	}
+	n.mu.Lock()
+	n.dirID = id
+	n.mu.Unlock()
+	return id, 0
 }
 
+// readDirID reads the identity of lower directory d: ENOENT if it has no
+// identity file, EIO if it is damaged (empty, too long, unreadable).
 func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
 	id, e := readSmall(ctx, d, f.dirs.DirIDFile(), maxDirID)
-	if e == syscall.EIO || e == 0 && len(id) == 0 {
-		f.log.Error("wrap: a directory's identity file is damaged", "token", d.Token())
+	if e == 0 && len(id) == 0 {
 		return nil, syscall.EIO
+	}
+	return id, e
+}
+
+// repairDirID gives lower directory d, whose identity file is missing or
+// damaged, a new identity if it is empty: nothing in it was named under
+// the old one. One that holds entries fails with EIO: they cannot be
+// decoded without the old identity, and a new one would hide them for
+// good.
+func (f *fs) repairDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
+	ctx, flush := layer.Defer(ctx)
+	defer flush()
+	f.tidy.Lock()
+	defer f.tidy.Unlock()
+	// Another request may have repaired it meanwhile.
+	id, e := f.readDirID(ctx, d)
+	if e != syscall.ENOENT && e != syscall.EIO {
+		return id, e
+	}
+	if _, le := f.leftovers(ctx, d); le != 0 {
+		if le == syscall.ENOTEMPTY {
+			f.log.Error("wrap: a directory's identity file is missing or damaged, and it holds entries: their names cannot be decoded", "token", d.Token(), "errno", e)
+			return nil, syscall.EIO
+		}
+		return nil, le
+	}
+	if id, e = f.newDirID(); e == 0 {
+		e = f.putDirID(ctx, d, id, 0) // replacing a damaged one
 	}
 	return id, e
 }
@@ -83,10 +300,11 @@ func readSmall(ctx context.Context, d layer.Node, name string, max uint64) ([]by
 	return b, 0
 }
 
-// writeSmall makes file name in lower directory d hold data, durably.
-func writeSmall(ctx context.Context, d layer.Node, name string, data []byte, flags uint32) layer.Errno {
+// writeSmall makes the new file name in lower directory d hold data,
+// durably.
+func writeSmall(ctx context.Context, d layer.Node, name string, data []byte) layer.Errno {
 	var a layer.Attr
-	c, h, e := d.Create(ctx, name, syscall.O_WRONLY|flags, 0o444, &a)
+	c, h, e := d.Create(ctx, name, syscall.O_WRONLY|syscall.O_EXCL, 0o444, &a)
 	if e != 0 {
 		return e
 	}
@@ -98,15 +316,59 @@ func writeSmall(ctx context.Context, d layer.Node, name string, data []byte, fla
 	return h.Fsync(ctx, false)
 }
 
-// initDir writes the identity file of lower directory d: id, or a new one.
-func (f *fs) initDir(ctx context.Context, d layer.Node, id []byte) layer.Errno {
-	if id == nil {
-		var err error
-		if id, err = f.dirs.NewDirID(); err != nil {
-			return syscall.EIO
-		}
+// putSmall makes file name in lower directory d hold data, durably and at
+// once: data goes whole into a temporary, which is then renamed into place
+// (flags as for rename(2)). A crash leaves at most the temporary.
+func (f *fs) putSmall(ctx context.Context, d layer.Node, name string, data []byte, flags uint32) layer.Errno {
+	tmp := f.tempName()
+	e := writeSmall(ctx, d, tmp, data)
+	if e == 0 {
+		e = d.Rename(ctx, tmp, d, name, flags)
 	}
-	return writeSmall(ctx, d, f.dirs.DirIDFile(), id, syscall.O_EXCL)
+	if e != 0 {
+		d.Unlink(ctx, tmp)
+	}
+	return e
+}
+
+// newDirID makes an identity for a directory.
+func (f *fs) newDirID() ([]byte, layer.Errno) {
+	id, err := f.dirs.NewDirID()
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	return id, 0
+}
+
+// putDirID gives lower directory d identity id (putSmall, with flags).
+func (f *fs) putDirID(ctx context.Context, d layer.Node, id []byte, flags uint32) layer.Errno {
+	return f.putSmall(ctx, d, f.dirs.DirIDFile(), id, flags)
+}
+
+// mkdirWithID makes lower directory lname with its identity file, under a
+// temporary name first, so that no crash leaves it without one (the
+// identity is written straight in: no one sees it before the rename);
+// RENAME_NOREPLACE keeps mkdir's EEXIST.
+func (n *node) mkdirWithID(ctx context.Context, lname string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
+	id, e := n.fs.newDirID()
+	if e != 0 {
+		return nil, e
+	}
+	tmp := n.fs.tempName()
+	c, e := n.Lower.Mkdir(ctx, tmp, mode, out)
+	if e != 0 {
+		return nil, e
+	}
+	if e = writeSmall(ctx, c, n.fs.dirs.DirIDFile(), id); e == 0 {
+		e = n.Lower.Rename(ctx, tmp, n.Lower, lname, unixRenameNoReplace)
+	}
+	if e != 0 {
+		c.Unlink(ctx, n.fs.dirs.DirIDFile())
+		c.Forget()
+		n.Lower.Rmdir(ctx, tmp)
+		return nil, e
+	}
+	return c, c.Getattr(ctx, nil, out) // the identity file and the rename changed it
 }
 
 // rmdir removes lower directory lname, whose identity file alone would
@@ -122,12 +384,13 @@ func (n *node) rmdir(ctx context.Context, lname string) layer.Errno {
 }
 
 // emptyDir readies lower directory lname for removal: ENOTEMPTY if it has
-// entries above, else its identity file is removed. finish must follow,
-// telling whether the removal failed, so that the identity is put back.
-// Without DirIDer there is nothing to do.
+// entries above, else the leftovers of crashes in it and its identity file
+// are removed. finish must follow, telling whether the removal failed, so
+// that the identity is put back (a damaged one is not: the directory is
+// empty, and gets a new one if it is used).
 func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed bool), e layer.Errno) {
 	noop := func(bool) {}
-	if n.fs.dirs == nil {
+	if n.fs.names == nil {
 		return noop, 0
 	}
 	var a layer.Attr
@@ -139,43 +402,25 @@ func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed b
 		c.Forget()
 		return noop, syscall.ENOTDIR
 	}
-	idFile := n.fs.dirs.DirIDFile()
-	d, e := c.OpenDir(ctx)
-	if e != 0 {
+	if e := n.fs.clearLeftovers(ctx, c); e != 0 || n.fs.dirs == nil {
 		c.Forget()
 		return noop, e
 	}
-	for {
-		ent, ok, e := d.Next(ctx)
-		if e != 0 || !ok {
-			d.Close()
-			if e != 0 {
-				c.Forget()
-				return noop, e
-			}
-			break
-		}
-		if ent.Name != "." && ent.Name != ".." && ent.Name != idFile {
-			d.Close()
-			c.Forget()
-			return noop, syscall.ENOTEMPTY
-		}
-	}
 	id, e := n.fs.readDirID(ctx, c)
-	if e == syscall.ENOENT {
+	switch e {
+	case syscall.ENOENT:
 		c.Forget()
 		return noop, 0
-	}
-	if e == 0 {
-		e = c.Unlink(ctx, idFile)
+	case 0, syscall.EIO:
+		e = c.Unlink(ctx, n.fs.dirs.DirIDFile())
 	}
 	if e != 0 {
 		c.Forget()
 		return noop, e
 	}
 	return func(failed bool) {
-		if failed {
-			n.fs.initDir(ctx, c, id)
+		if failed && id != nil {
+			n.fs.putDirID(ctx, c, id, unixRenameNoReplace)
 		}
 		c.Forget()
 	}, 0
@@ -223,7 +468,8 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 		}
 		enc = string(b)
 	}
-	id, e := n.id(ctx)
+	// Never a repair here: UpperName runs while a raiser may hold locks.
+	id, e := n.loadID(ctx, false)
 	if e != 0 {
 		return "", false
 	}
@@ -244,7 +490,9 @@ func (n *node) UpperName(ctx context.Context, hostName string) (string, bool) {
 	return n.decodeName(ctx, name)
 }
 
-// writeSidecar records the encoded name behind a long stand-in name.
+// writeSidecar records the encoded name behind a long stand-in name. A
+// sidecar that holds it already is left alone (it is always the same
+// bytes); another one, damaged, is replaced at once.
 func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno {
 	if !n.fs.isLong(lname) {
 		return 0
@@ -257,7 +505,10 @@ func (n *node) writeSidecar(ctx context.Context, lname, name string) layer.Errno
 	if err != nil {
 		return errnoOf(err, syscall.EINVAL)
 	}
-	return writeSmall(ctx, n.Lower, lname+sidecarSuffix, []byte(enc), syscall.O_TRUNC)
+	if b, e := n.readSidecar(ctx, lname); e == 0 && string(b) == enc {
+		return 0
+	}
+	return n.fs.putSmall(ctx, n.Lower, lname+sidecarSuffix, []byte(enc), 0)
 }
 
 func (n *node) readSidecar(ctx context.Context, lname string) ([]byte, layer.Errno) {
@@ -272,15 +523,9 @@ func (n *node) removeSidecar(ctx context.Context, lname string) {
 
 // dropSidecar removes the sidecar of lname if no file has that name.
 func (n *node) dropSidecar(ctx context.Context, lname string) {
-	if !n.fs.isLong(lname) {
-		return
+	if n.fs.isLong(lname) && !exists(ctx, n.Lower, lname) {
+		n.removeSidecar(ctx, lname)
 	}
-	var a layer.Attr
-	if c, e := n.Lower.Lookup(ctx, lname, &a); e == 0 {
-		c.Forget()
-		return
-	}
-	n.removeSidecar(ctx, lname)
 }
 
 // A stored target longer than a lower symlink takes goes, like a long
@@ -305,7 +550,7 @@ func (f *fs) putLink(ctx context.Context, stored []byte) (target []byte, side st
 	side = hashName(linkPrefix, stored)
 	// Stored forms never repeat (LinkCodec): a sidecar already there is
 	// another link's.
-	if e := writeSmall(ctx, f.lowerRoot, side, stored, syscall.O_EXCL); e != 0 {
+	if e := writeSmall(ctx, f.lowerRoot, side, stored); e != 0 {
 		return nil, "", e
 	}
 	return linkStandIn(side), side, 0
@@ -403,8 +648,14 @@ func (n *node) dropLink(ctx context.Context, lname string) (finish func(failed b
 	}
 }
 
-// OpenDir lists the lower directory with names decoded.
+// OpenDir lists the lower directory with names decoded, and the
+// leftovers of crashes it meets removed.
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	// The identity first: one a crash lost is given back to an empty
+	// directory here, and one with entries fails (id).
+	if _, e := n.id(ctx); e != 0 {
+		return nil, e
+	}
 	d, e := n.Lower.OpenDir(ctx)
 	if e != 0 || n.fs.names == nil {
 		return d, e
@@ -422,6 +673,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		e, ok, errno := d.lower.Next(ctx)
 		if !ok || errno != 0 {
 			return e, ok, errno
+		}
+		if d.n.fs.tidyUp(ctx, d.n.Lower, e.Name) {
+			continue
 		}
 		if name, show := d.n.decodeName(ctx, e.Name); show {
 			e.Name = name

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -27,6 +28,12 @@ type fs struct {
 
 	lowerRoot layer.Node // where long targets' sidecars are (names.go)
 	linkSizes sync.Map   // layer.Token → uint64, by linkSize
+
+	// Crash safety (names.go).
+	tag     string              // names this instance's temporaries
+	seq     atomic.Uint64       // numbers them
+	tidy    sync.Mutex          // serialises removals of leftovers and repairs
+	pending map[pendingName]int // long names being made, under tidy
 }
 
 // Hooks are what a layer built on the template provides; each is optional,
@@ -47,9 +54,14 @@ type Hooks struct {
 func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (layer.Node, error) {
 	f := &fs{log: slog.Default(), lowerRoot: lower, st: st,
 		blocks: hooks.Blocks, header: hooks.Header, names: hooks.Names,
-		dirs: hooks.Dirs, links: hooks.Links, attrs: hooks.Attrs}
+		dirs: hooks.Dirs, links: hooks.Links, attrs: hooks.Attrs,
+		tag: newTag(), pending: map[pendingName]int{}}
 	if f.header != nil && f.blocks == nil {
 		return nil, errors.New("wrap: a FileHeader needs a BlockCodec")
+	}
+	if f.dirs != nil && f.names == nil {
+		// It hides the temporaries directories are made under.
+		return nil, errors.New("wrap: a DirIDer needs a NameCodec")
 	}
 	if f.blocks != nil {
 		f.bs, f.ov = uint64(f.blocks.BlockSize()), uint64(f.blocks.Overhead())
@@ -64,10 +76,13 @@ func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (l
 	if f.dirs != nil {
 		_, e := root.id(ctx)
 		if e == syscall.ENOENT {
-			e = f.initDir(ctx, lower, nil)
+			var id []byte
+			if id, e = f.newDirID(); e == 0 {
+				e = f.putDirID(ctx, lower, id, unixRenameNoReplace)
+			}
 		}
 		if e != 0 {
-			return nil, fmt.Errorf("wrap: the root directory's identity: %v", e)
+			return nil, fmt.Errorf("wrap: the root directory's identity file (%s): %v", f.dirs.DirIDFile(), e)
 		}
 	}
 	return root, nil
@@ -221,16 +236,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.makeNamed(ctx, name, out, func(lname string) (layer.Node, layer.Errno) {
-		c, e := n.Lower.Mkdir(ctx, lname, mode, out)
-		if e != 0 || n.fs.dirs == nil {
-			return c, e
+		if n.fs.dirs == nil {
+			return n.Lower.Mkdir(ctx, lname, mode, out)
 		}
-		if e := n.fs.initDir(ctx, c, nil); e != 0 {
-			c.Forget()
-			n.Lower.Rmdir(ctx, lname)
-			return nil, e
-		}
-		return c, c.Getattr(ctx, nil, out) // the ID file changed it
+		return n.mkdirWithID(ctx, lname, mode, out)
 	})
 }
 
@@ -296,6 +305,7 @@ func (n *node) makeNamed(ctx context.Context, name string, out *layer.Attr, mk f
 	if e != 0 {
 		return nil, e
 	}
+	defer n.makingLong(lname)()
 	if e := n.writeSidecar(ctx, lname, name); e != 0 {
 		return nil, e
 	}
@@ -358,19 +368,19 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		n.writeSidecar(ctx, from, name)
 		return 0
 	}
+	defer d.makingLong(to)()
 	if e := d.writeSidecar(ctx, to, newName); e != 0 {
 		return e
 	}
 	// A directory replaced by the rename must be empty above: its identity
-	// file alone must not keep it.
-	finish, e := d.emptyDir(ctx, to)
-	if e != 0 && e != syscall.ENOENT && e != syscall.ENOTDIR {
-		return e
-	}
-	// A symlink replaced by it may be a long target's last link; renaming
-	// an entry onto itself replaces nothing.
-	finishLink := func(bool) {}
-	if from != to || n.Lower.Token() != d.Lower.Token() {
+	// file and the leftovers of crashes alone must not keep it. A symlink
+	// replaced may be a long target's last link. Renaming an entry onto
+	// itself, or with RENAME_NOREPLACE, replaces nothing.
+	finish, finishLink := func(bool) {}, func(bool) {}
+	if flags&unixRenameNoReplace == 0 && (from != to || n.Lower.Token() != d.Lower.Token()) {
+		if finish, e = d.emptyDir(ctx, to); e != 0 && e != syscall.ENOENT && e != syscall.ENOTDIR {
+			return e
+		}
 		finishLink = d.dropLink(ctx, to)
 	}
 	e = n.Lower.Rename(ctx, from, d.Lower, to, flags)
@@ -384,7 +394,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	return 0
 }
 
-const unixRenameExchange = 1 << 1 // RENAME_EXCHANGE
+const (
+	unixRenameNoReplace = 1 << 0 // RENAME_NOREPLACE
+	unixRenameExchange  = 1 << 1 // RENAME_EXCHANGE
+)
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	t, e := n.Lower.Readlink(ctx)
