@@ -471,7 +471,12 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	u := &update{n: n, h: lh, hdr: hdr}
 	// Only a file's last block may be short: growing makes the old last
 	// block whole (or as long as the new size reaches), shrinking cuts the
-	// new last block.
+	// new last block. The block first, then the size: grown so, the file
+	// reads whole at every step, at a size between the old and the new
+	// (with the size first, the old short block would read padded with
+	// zeros, which does not decode). A block cut short cannot: until the
+	// size follows, it does not decode in either order; rewriting it
+	// first keeps a failed write undoable before anything is cut.
 	b, keep := old/fs.bs, uint64(0)
 	switch {
 	case size > old && old%fs.bs != 0:
@@ -488,23 +493,19 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 		}
 		blk = pad(p, keep)
 	}
-	if size > old {
-		// Grow first: the lower file system vets the size (EFBIG).
-		if e := n.setLowerSize(ctx, lh, fs.lowerSize(size)); e != 0 {
-			u.undo(ctx, b, 0, old) // a header just made goes
-			return e
-		}
-	}
 	if blk != nil {
 		if k, e := u.write(ctx, b, blk); e != 0 {
 			u.undo(ctx, b, k, old)
 			return e
 		}
 	}
-	if size > old {
-		return 0
+	e = n.setLowerSize(ctx, lh, fs.lowerSize(size))
+	if e != 0 && size > old {
+		// Refused (EFBIG): the old last block goes back, and a header
+		// just made.
+		u.undo(ctx, b+1, 0, old)
 	}
-	return n.setLowerSize(ctx, lh, fs.lowerSize(size))
+	return e
 }
 
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {

@@ -260,3 +260,77 @@ func TestTooBigIsEFBIG(t *testing.T) {
 		t.Errorf("size %d (%v), want 0", a.Size, e)
 	}
 }
+
+// A truncate cut short reads whole when it grows the file; when it cuts
+// the last block short, only that block may fail to decode. The size is
+// between the old and the new, each byte old or new.
+func TestCrashDuringTruncate(t *testing.T) {
+	const bs = 64
+	old := bytes.Repeat([]byte("0123456789abcdef"), 10)[:100] // blocks 0 and 1 (short)
+	for _, size := range []int{0, 30, 64, 90, 120, 128, 150, 300} {
+		want := append(bytes.Clone(old[:min(size, len(old))]), make([]byte, max(0, size-len(old)))...)
+		for k := 0; ; k++ {
+			dir := t.TempDir()
+			root, err := layerOver(t, dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mkfile(t, root, "f", string(old))
+			stopped := crashRun(t, dir, k, func(root layer.Node) {
+				var a layer.Attr
+				n, e := root.Lookup(ctx, "f", &a)
+				mustOK(t, "lookup", e)
+				defer n.Forget()
+				h, e := n.Open(ctx, syscall.O_RDWR)
+				mustOK(t, "open", e)
+				defer h.Release(ctx)
+				n.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetSize, Size: uint64(size)}, &a)
+			})
+			var a layer.Attr
+			n, e := fresh(t, dir).Lookup(ctx, "f", &a)
+			mustOK(t, "lookup after the crash", e)
+			h, e := n.Open(ctx, syscall.O_RDONLY)
+			mustOK(t, "open after the crash", e)
+			got := int(a.Size)
+			if got < min(size, len(old)) || got > max(size, len(old)) {
+				t.Errorf("truncate to %d, crash at lower call %d: size %d", size, k, got)
+			}
+			// The block a shrink cuts short.
+			torn := -1
+			if size < len(old) && size%bs != 0 {
+				torn = size / bs
+			}
+			for b := 0; b*bs < got; b++ {
+				buf := make([]byte, bs)
+				r, e := h.Read(ctx, buf, int64(b*bs))
+				if e != 0 {
+					if b != torn {
+						t.Errorf("truncate to %d, crash at lower call %d: block %d: %v", size, k, b, e)
+					}
+					continue
+				}
+				for i, c := range buf[:r] {
+					if at := b*bs + i; c != at1(old, at) && c != at1(want, at) {
+						t.Errorf("truncate to %d, crash at lower call %d: byte %d is %q, neither old nor new", size, k, at, c)
+						break
+					}
+				}
+			}
+			h.Release(ctx)
+			n.Forget()
+			if !stopped {
+				if got != size {
+					t.Errorf("truncate to %d: size %d", size, got)
+				}
+				break
+			}
+		}
+	}
+}
+
+func at1(b []byte, i int) byte {
+	if i < len(b) {
+		return b[i]
+	}
+	return 0
+}
