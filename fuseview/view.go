@@ -42,6 +42,9 @@ type Options struct {
 	// kernel's caches when other views or programs beside the stack change
 	// files.
 	Coherent bool
+	// MountFlags are mount(2) flags (MS_RDONLY, MS_NOSUID, ...); 0 gives
+	// go-fuse's MS_NOSUID|MS_NODEV.
+	MountFlags uintptr
 	// NoPollHack skips go-fuse's poll hack at mount, which opens a file of
 	// the new mount from this process so that the kernel learns at once
 	// that polling is not supported. Only a process that polls files of
@@ -81,14 +84,15 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	}
 	tok := root.Token()
 	mo := fuse.MountOptions{
-		AllowOther:   o.AllowOther,
-		FsName:       o.Source,
-		Name:         "shale",
-		DirectMount:  true,
-		MaxWrite:     1 << 20,
-		MaxReadAhead: 1 << 20,
-		Debug:        o.Debug,
-		EnableLocks:  true,
+		AllowOther:       o.AllowOther,
+		FsName:           o.Source,
+		Name:             "shale",
+		DirectMount:      true,
+		DirectMountFlags: o.MountFlags,
+		MaxWrite:         1 << 20,
+		MaxReadAhead:     1 << 20,
+		Debug:            o.Debug,
+		EnableLocks:      true,
 		// Symlinks never change in place, so caching them is safe; the
 		// kernel decides when a listing is worth READDIRPLUS.
 		EnableSymlinkCaching: true,

@@ -81,7 +81,11 @@ func stack(name string, layers []string, views []int, args ...string) ([]string,
 	file := filepath.Join(base, "stack.toml")
 	must(os.WriteFile(file, []byte(b.String()), 0o644))
 	run(shale, append([]string{"mount", "--stack", file}, args...)...)
-	return mnts, func() { run(shale, "umount", mnts[0]) }
+	return mnts, func() {
+		for _, m := range mnts { // each view ends on its own unmount
+			run(shale, "umount", m)
+		}
+	}
 }
 
 func run(name string, args ...string) {

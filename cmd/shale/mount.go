@@ -88,8 +88,11 @@ As root the mount is open to every user (allow_other), and the kernel checks
 each user's permissions against those of LOWER (default_permissions). File data
 goes through FUSE passthrough when the kernel offers it.
 
-Changes made through the mount are never served stale. Changes made directly in
-LOWER by other programs are seen within --timeout (default 1s).`,
+Changes made through the mount, through other views of its stack, and directly
+in LOWER by other programs are pushed to the kernel's caches (LOWER is watched
+with fanotify as root, inotify otherwise), so the kernel keeps names,
+attributes, pages and listings for an hour. Where LOWER cannot be watched,
+changes made in it show within --timeout (default 1s).`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
@@ -106,7 +109,7 @@ LOWER by other programs are seen within --timeout (default 1s).`,
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
-	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes; bounds how long changes made directly in LOWER go unseen")
+	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
 	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
@@ -289,12 +292,8 @@ func serve(f *mountFlags, p *plan) error {
 	// early (systemd may send one right after READY=1), unmounts them.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	mounts, err := p.mount(f)
+	mounts, err := p.mount(f, logger)
 	if err != nil {
-		return report(ready, err)
-	}
-	if err := f.vfs.apply(mounts); err != nil {
-		unmountAll(mounts, logger)
 		return report(ready, err)
 	}
 	for _, v := range p.spec.Views {
@@ -303,10 +302,13 @@ func serve(f *mountFlags, p *plan) error {
 	if ready != nil {
 		ready.WriteString("ok\n")
 		ready.Close()
-		// Nothing else may write to the terminal of the caller.
+		// Nothing else may write to the terminal of the caller; --debug's
+		// request log, on stderr, goes to the --log file (openLog).
 		if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
 			for _, fd := range []int{0, 1, 2} {
-				unix.Dup2(int(null.Fd()), fd)
+				if fd != 2 || !f.debug || f.logFile == "" {
+					unix.Dup2(int(null.Fd()), fd)
+				}
 			}
 		}
 	}

@@ -97,26 +97,6 @@ func (v vfsFlags) flags() uintptr {
 	return flags
 }
 
-// apply gives every mountpoint of mounts the flags of v, before the mount
-// is reported ready. fuseview takes no mount flags yet, so this remounts
-// each (a bind remount: it changes the mount, not the file system). Mount
-// flags are not propagated, so copies of the mount in other mount
-// namespaces (systemd services with PrivateTmp=, say) keep fuseview's
-// rw,nosuid,nodev: once fuseview takes the flags, this goes.
-func (v vfsFlags) apply(mounts []*mounted) error {
-	if v == (vfsFlags{}) {
-		return nil
-	}
-	for _, m := range mounts {
-		for _, mnt := range m.mnts {
-			if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_BIND|v.flags(), ""); err != nil {
-				return fmt.Errorf("setting mount options %s on %s: %v", v, mnt, err)
-			}
-		}
-	}
-	return nil
-}
-
 // mountOptionFlags maps every option -o takes from flags to its flag, and
 // names the layers that take each layer option.
 func mountOptionFlags() (flags map[string]string, takers map[string][]string) {
@@ -228,7 +208,7 @@ func placeholder(o string) string {
 // /dev/null on standard input, and the plain error would speak of
 // --passfile. A terminal is asked, and a pipe read, as by shale mount.
 func (f *mountFlags) checkPassfiles() error {
-	if f.passfile != "" || os.Getenv(secretFdEnv) != "" {
+	if f.option("passfile") != "" || os.Getenv(secretFdEnv) != "" {
 		return nil // or the parent read them already
 	}
 	if st, err := os.Stdin.Stat(); stdinIsTerminal() || err == nil && (st.Mode()&os.ModeNamedPipe != 0 || st.Mode().IsRegular()) {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,23 +88,44 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 	return &plan{spec: sp, stack: true}, nil
 }
 
-// layerFlags are the command line's options for layers; each layer takes
-// those among its own options (stack.Kind.Options).
+// layerFlags are the command line's options for layers: a flag for each
+// option of a registered layer (stack.Kind.Options), which every layer
+// that takes it gets.
 type layerFlags struct {
-	passfile string
+	values map[string]*string
 }
 
 func (f *layerFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.passfile, "passfile", "", "crypt: read the passphrase from the first line of this file (default: prompt, or stdin when it is not a terminal)")
+	f.values = map[string]*string{}
+	help := map[string][]string{}
+	for _, k := range stack.Kinds() {
+		for o, h := range k.Options {
+			help[o] = append(help[o], k.Name+": "+h)
+		}
+	}
+	for _, o := range slices.Sorted(maps.Keys(help)) {
+		f.values[o] = fl.String(strings.ReplaceAll(o, "_", "-"), "", strings.Join(help[o], "; "))
+	}
 }
 
-// layerOptions adds to opts the flags layer k takes that opts lacks.
+// option is the value the command line gave layer option o, or "".
+func (f *layerFlags) option(o string) string {
+	if v := f.values[o]; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// layerOptions adds to opts the options layer k takes that the command
+// line gave and opts lacks.
 func (f *layerFlags) layerOptions(k stack.Kind, opts map[string]string) map[string]string {
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	if _, takes := k.Options["passfile"]; takes && f.passfile != "" && opts["passfile"] == "" {
-		opts["passfile"] = f.passfile
+	for o := range k.Options {
+		if v := f.option(o); v != "" && opts[o] == "" {
+			opts[o] = v
+		}
 	}
 	return opts
 }
@@ -140,7 +163,7 @@ func (p *plan) receiveSecrets(r io.ReadCloser) error {
 }
 
 // mount builds the stack and mounts its views.
-func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
+func (p *plan) mount(f *mountFlags, logger *slog.Logger) ([]*mounted, error) {
 	st, nodes, err := p.spec.Build(context.Background())
 	if err != nil {
 		return nil, err
@@ -158,6 +181,7 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 		Debug:       f.debug,
 		Coherent:    true,
 		KeepCache:   true,
+		MountFlags:  f.vfs.flags(),
 		// This process never touches its own mounts.
 		NoPollHack: true,
 	}
@@ -165,13 +189,13 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 		opts.Timeout = time.Hour
 	}
 	if !p.spec.CoherenceOff {
-		if _, err := hostfs.Watch(nodes[0], f.watch, slog.Default()); err != nil {
+		if _, err := hostfs.Watch(nodes[0], f.watch, logger); err != nil {
 			if p.stack {
 				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; --coherence=off runs without", p.spec.Lower, err)
 			}
 			// Unwatched, changes made beside shale are seen only when the
 			// kernel asks again: within --timeout, and pages at each open.
-			slog.Warn("changes made directly in the lower directory show within --timeout", "lower", p.spec.Lower, "err", err)
+			logger.Warn("changes made directly in the lower directory show within --timeout", "lower", p.spec.Lower, "err", err)
 			opts.Timeout, opts.KeepCache = f.timeout, false
 		}
 	}
@@ -185,7 +209,7 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 			// in one are then seen in the other at once (SQLite's WAL
 			// index), which no invalidation could give.
 			if err := unix.Mount(m.mnts[0], v.Mountpoint, "", unix.MS_BIND, ""); err != nil {
-				unmountAll(mounts, slog.New(slog.DiscardHandler))
+				unmountAll(mounts, logger)
 				return nil, fmt.Errorf("mounting %s (layer %d) at %s: bind mount of %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, m.mnts[0], err)
 			}
 			m.mnts = append(m.mnts, v.Mountpoint)
@@ -193,7 +217,7 @@ func (p *plan) mount(f *mountFlags) ([]*mounted, error) {
 		}
 		s, err := fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
 		if err != nil {
-			unmountAll(mounts, slog.New(slog.DiscardHandler))
+			unmountAll(mounts, logger)
 			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, err)
 		}
 		m := &mounted{server: s, mnts: []string{v.Mountpoint}}
