@@ -412,3 +412,36 @@ func TestChownKeepsMark(t *testing.T) {
 		})
 	}
 }
+
+// A bucket a crash left as mkdir made it (0700, the process's) gets its
+// directory's owner, group and mode when shard next uses it.
+func TestBucketAttrsRepaired(t *testing.T) {
+	dir, root := newShard(t, true)
+	var a layer.Attr
+	_, h, e := root.Create(ctx, "f", syscall.O_WRONLY, 0o644, &a)
+	must(t, e, "create")
+	h.Release(ctx)
+	if err := syscall.Chmod(dir, 0o4775); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 100); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := place("f")
+	bucket := filepath.Join(dir, bucketName(b))
+	if err := os.Chmod(bucket, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(bucket, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, e = shardOver(t, hostfsOn(t, dir)).Lookup(ctx, "f", &a)
+	must(t, e, "lookup")
+	var st syscall.Stat_t
+	if err := syscall.Stat(bucket, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o775 || st.Uid != 65534 || st.Gid != 100 {
+		t.Errorf("bucket: mode %o uid %d gid %d, want 775 65534 100", st.Mode&0o7777, st.Uid, st.Gid)
+	}
+}

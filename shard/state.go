@@ -198,6 +198,7 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 		n.fs.log.Error("shard: a bucket is not a directory", "dir", n.Lower.Token(), "bucket", bucketName(b))
 		return nil, syscall.EIO
 	}
+	n.fixBucket(ctx, b, c, &a)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if old := st.t.nodes[b]; old != nil {
@@ -209,25 +210,30 @@ func (n *node) bucket(ctx context.Context, st *dirState, b int, create bool) (la
 	return c, 0
 }
 
-// mkBucket makes bucket b with the directory's owner, group and
-// permission bits, less the mark.
+// mkBucket makes bucket b, as the process: a bucket is the layer's, not
+// the caller's. bucket then gives it its directory's owner, group and
+// permission bits (fixBucket).
 func (n *node) mkBucket(ctx context.Context, b int, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.Lower.Mkdir(asProcess(ctx), bucketName(b), 0o700, out)
+}
+
+// fixBucket gives bucket b, with attributes a, its directory's owner,
+// group and permission bits, less the mark, where it has others: a bucket
+// just made, or one a crash left between its mkdir and this.
+func (n *node) fixBucket(ctx context.Context, b int, c layer.Node, a *layer.Attr) {
 	var da layer.Attr
 	if e := n.Lower.Getattr(ctx, nil, &da); e != 0 {
-		return nil, e
+		return
 	}
-	// As the process: a bucket is the layer's, not the caller's.
-	pctx := asProcess(ctx)
-	c, e := n.Lower.Mkdir(pctx, bucketName(b), 0o700, out)
-	if e != 0 {
-		return nil, e
+	want := bucketAttr(&da)
+	if a.Mode&0o7777 == want.Mode && a.Uid == want.Uid && a.Gid == want.Gid {
+		return
 	}
-	if e := c.Setattr(pctx, nil, bucketAttr(&da), out); e != 0 {
+	if e := c.Setattr(asProcess(ctx), nil, want, a); e != 0 {
 		// Only a non-root shale over another user's directory gets
 		// here; the bucket works, it only reads differently beneath.
 		n.fs.log.Warn("shard: cannot give a bucket its directory's owner and mode", "bucket", bucketName(b), "err", e)
 	}
-	return c, 0
 }
 
 // bucketAttr is what a bucket of a directory with attributes da gets.
