@@ -282,7 +282,10 @@ func (n *node) fixNlink(ctx context.Context, st *dirState, a *layer.Attr) {
 			if c := t.nodes[b]; c != nil {
 				e = c.Getattr(ctx, nil, &ba)
 			} else if c, e = n.Lower.Lookup(ctx, bucketName(b), &ba); e == 0 {
-				n.fs.keepBucket(st, b, c)
+				// Not kept: bucket keeps buckets, once it has checked
+				// their attributes (fixBucket), which it cannot under
+				// st.mu.
+				c.Forget()
 			}
 			if e == syscall.ENOENT {
 				t.exists[b] = false
