@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // The shale init and shale passwd commands, run as a user would.
@@ -15,7 +17,6 @@ var shaleBin struct {
 	once sync.Once
 	path string
 	err  error
-	out  []byte
 }
 
 // shale runs the command with stdin and returns its exit code and output.
@@ -29,13 +30,10 @@ func shale(t *testing.T, stdin string, args ...string) (int, string) {
 			shaleBin.err = err
 			return
 		}
-		shaleBin.path = filepath.Join(dir, "shale")
-		build := exec.Command("go", "build", "-o", shaleBin.path, "github.com/shalefs/shale/cmd/shale")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		shaleBin.out, shaleBin.err = build.CombinedOutput()
+		shaleBin.path, shaleBin.err = shaletest.Build(dir)
 	})
 	if shaleBin.err != nil {
-		t.Fatalf("build shale: %v\n%s", shaleBin.err, shaleBin.out)
+		t.Fatal(shaleBin.err)
 	}
 	cmd := exec.Command(shaleBin.path, args...)
 	cmd.Stdin = strings.NewReader(stdin)

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // mountShard builds shale and mounts "shale mount --layer shard" over a
@@ -27,11 +29,9 @@ func mountShard(t *testing.T) (lower, mnt string) {
 		unix.Close(fd)
 	}
 	base := t.TempDir()
-	bin := filepath.Join(base, "shale")
-	build := exec.Command("go", "build", "-o", bin, "github.com/shalefs/shale/cmd/shale")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	bin, err := shaletest.Build(base)
+	if err != nil {
+		t.Fatal(err)
 	}
 	lower, mnt = filepath.Join(base, "lower"), filepath.Join(base, "mnt")
 	for _, d := range []string{lower, mnt} {

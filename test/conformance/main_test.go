@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // dirPrefix names the base directories of this suite, so that a later run
@@ -173,7 +175,7 @@ func setup() error {
 	if err := os.Chmod(base, 0o755); err != nil {
 		return err
 	}
-	if err := buildShale(); err != nil {
+	if suite.shale, err = shaletest.Build(filepath.Join(base, "bin")); err != nil {
 		return err
 	}
 	if err := copyHelper(); err != nil {
@@ -183,26 +185,6 @@ func setup() error {
 		if err := st.mount(); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// buildShale builds the shale binary from the module this package is in.
-func buildShale() error {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return fmt.Errorf("not inside the shale module (go env GOMOD is %q)", gomod)
-	}
-	suite.shale = filepath.Join(suite.base, "bin", "shale")
-	cmd := exec.Command("go", "build", "-o", suite.shale, "github.com/shalefs/shale/cmd/shale")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building shale: %v\n%s", err, out)
 	}
 	return nil
 }

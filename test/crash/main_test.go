@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // shaleBin is the shale binary built by TestMain.
@@ -44,18 +46,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	gomod = bytes.TrimSpace(gomod)
-	if err != nil || len(gomod) == 0 || string(gomod) == os.DevNull {
-		fmt.Fprintf(os.Stderr, "crash: cannot find the module root (go env GOMOD): %v\n", err)
-		return 1
-	}
-	shaleBin = filepath.Join(tmp, "shale")
-	build := exec.Command("go", "build", "-o", shaleBin, "github.com/shalefs/shale/cmd/shale")
-	build.Dir = filepath.Dir(string(gomod))
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "crash: building shale: %v\n%s", err, out)
+	if shaleBin, err = shaletest.Build(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "crash:", err)
 		return 1
 	}
 	return m.Run()

@@ -25,6 +25,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // fsSize is the size of every file system: small, so that filling one
@@ -115,18 +117,8 @@ func setup() error {
 	if base, err = os.MkdirTemp("", "shale-diskfull-"); err != nil {
 		return err
 	}
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || len(bytes.TrimSpace(gomod)) == 0 || string(bytes.TrimSpace(gomod)) == os.DevNull {
-		return fmt.Errorf("cannot find the module root (go env GOMOD): %v", err)
-	}
-	shaleBin = filepath.Join(base, "shale")
-	build := exec.Command("go", "build", "-o", shaleBin, "github.com/shalefs/shale/cmd/shale")
-	build.Dir = filepath.Dir(string(bytes.TrimSpace(gomod)))
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building shale: %v\n%s", err, out)
-	}
-	return nil
+	shaleBin, err = shaletest.Build(base)
+	return err
 }
 
 func TestDiskFull(t *testing.T) {

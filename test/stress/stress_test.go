@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // shaleBin is the shale binary built by TestMain.
@@ -47,17 +49,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || len(bytes.TrimSpace(gomod)) == 0 || string(bytes.TrimSpace(gomod)) == os.DevNull {
-		fmt.Fprintf(os.Stderr, "stress: cannot find the module root (go env GOMOD): %v\n", err)
-		return 1
-	}
-	shaleBin = filepath.Join(tmp, "shale")
-	build := exec.Command("go", "build", "-o", shaleBin, "github.com/shalefs/shale/cmd/shale")
-	build.Dir = filepath.Dir(string(bytes.TrimSpace(gomod)))
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "stress: building shale: %v\n%s", err, out)
+	if shaleBin, err = shaletest.Build(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "stress:", err)
 		return 1
 	}
 	return m.Run()
