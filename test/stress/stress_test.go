@@ -413,11 +413,13 @@ var stressGroups = []struct {
 		{"revio", 10000}, {"aio", 10000}, {"iomix", 8000}, {"fallocate", 60},
 		{"sync-file", 50}, {"copy-file", 240}, {"fsize", 120}, {"xattr", 16}, {"lease", 800}}},
 	// link, symlink and chdir count one operation per 8192 links or
-	// directories made and removed.
+	// directories made and removed. No getdent: it reads /proc, /dev,
+	// /tmp, /sys and /run, never --temp-path, so it tests the machine,
+	// not shale, and hangs on any other hung FUSE mount under /tmp.
 	{"metadata", []stressor{{"dir", 1000}, {"dirdeep", 400}, {"dirmany", 1600},
 		{"dentry", 1400}, {"rename", 800}, {"link", 1}, {"symlink", 1}, {"mknod", 700},
 		{"chmod", 100}, {"chown", 400}, {"utime", 1200}, {"touch", 2600}, {"open", 3000},
-		{"fstat", 5000}, {"getdent", 26000}, {"access", 300}, {"filename", 120},
+		{"fstat", 5000}, {"access", 300}, {"filename", 120},
 		{"fcntl", 600}, {"flock", 36000}, {"lockf", 7000}, {"locka", 16000},
 		{"lockofd", 15000}, {"chdir", 1}}},
 }
