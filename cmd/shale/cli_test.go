@@ -54,6 +54,20 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (int, string) {
 	return code, string(out)
 }
 
+// lowerAndMnt makes a test directory with an empty lower directory and a
+// mountpoint in it.
+func lowerAndMnt(t *testing.T) (dir, lower, mnt string) {
+	t.Helper()
+	dir = t.TempDir()
+	lower, mnt = filepath.Join(dir, "lower"), filepath.Join(dir, "mnt")
+	for _, d := range []string{lower, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, lower, mnt
+}
+
 // mount mounts lower at mnt and arranges for it to end with the test.
 func mount(t *testing.T, lower, mnt string) {
 	t.Helper()
@@ -186,11 +200,7 @@ func waitGone(t *testing.T, pid int) {
 func TestMountServesAndEnds(t *testing.T) {
 	for _, how := range []string{"shale umount", "umount", "SIGTERM", "SIGINT"} {
 		t.Run(how, func(t *testing.T) {
-			dir := t.TempDir()
-			lower := filepath.Join(dir, "lower")
-			mnt := filepath.Join(dir, "mnt")
-			os.Mkdir(lower, 0o755)
-			os.Mkdir(mnt, 0o755)
+			_, lower, mnt := lowerAndMnt(t)
 			os.WriteFile(filepath.Join(lower, "f"), []byte("through"), 0o644)
 			mount(t, lower, mnt)
 			if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "through" {
@@ -220,11 +230,7 @@ func TestMountServesAndEnds(t *testing.T) {
 }
 
 func TestUmountBusy(t *testing.T) {
-	dir := t.TempDir()
-	lower := filepath.Join(dir, "lower")
-	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(lower, 0o755)
-	os.Mkdir(mnt, 0o755)
+	_, lower, mnt := lowerAndMnt(t)
 	mount(t, lower, mnt)
 	f, err := os.Create(filepath.Join(mnt, "open"))
 	if err != nil {
@@ -302,11 +308,7 @@ func TestUmountBusyStackView(t *testing.T) {
 }
 
 func TestBadStackFiles(t *testing.T) {
-	dir := t.TempDir()
-	lower := filepath.Join(dir, "lower")
-	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(lower, 0o755)
-	os.Mkdir(mnt, 0o755)
+	dir, lower, mnt := lowerAndMnt(t)
 	for _, c := range []struct{ toml, want string }{
 		{"lower = \"" + lower + "\"\n", "at least one [[view]]"},
 		{"lower = \"" + lower + "\"\ncolour = 1\n[[view]]\nlayer = 0\nmountpoint = \"" + mnt + "\"\n", "unknown key"},
@@ -329,11 +331,7 @@ func TestBadStackFiles(t *testing.T) {
 // server never makes a request to its own mount, whose reply it would
 // wait for forever.
 func TestKilledWhileMounting(t *testing.T) {
-	dir := t.TempDir()
-	lower := filepath.Join(dir, "lower")
-	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(lower, 0o755)
-	os.Mkdir(mnt, 0o755)
+	_, lower, mnt := lowerAndMnt(t)
 	for i := 0; i < 20; i++ {
 		cmd := exec.Command(shaleBin, "mount", "-f", lower, mnt)
 		if err := cmd.Start(); err != nil {

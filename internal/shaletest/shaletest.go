@@ -21,3 +21,17 @@ func Build(dir string) (string, error) {
 	}
 	return bin, nil
 }
+
+// InitCrypt makes lower a crypt directory, as `shale init` does, with
+// the passphrase in file pass and a cheap key derivation, and returns the
+// mount arguments that give the passphrase.
+func InitCrypt(shale, lower, pass string) ([]string, error) {
+	if err := os.WriteFile(pass, []byte("shale tests\n"), 0o600); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(shale, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("shale init: %v: %s", err, out)
+	}
+	return []string{"--passfile", pass}, nil
+}

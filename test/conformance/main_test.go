@@ -93,15 +93,7 @@ func markShard(lower string) ([]string, error) {
 
 // initCrypt makes lower a crypt directory with a cheap key derivation.
 func initCrypt(lower string) ([]string, error) {
-	pass := filepath.Join(filepath.Dir(lower), "pass")
-	if err := os.WriteFile(pass, []byte("conformance\n"), 0o600); err != nil {
-		return nil, err
-	}
-	out, err := exec.Command(suite.shale, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("shale init: %v: %s", err, out)
-	}
-	return []string{"--passfile", pass}, nil
+	return shaletest.InitCrypt(suite.shale, lower, filepath.Join(filepath.Dir(lower), "pass"))
 }
 
 func TestMain(m *testing.M) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // A stack is one layer configuration under test.
@@ -39,15 +40,11 @@ var stacks = []stack{
 
 // initCrypt makes lower a crypt directory with a cheap key derivation.
 func initCrypt(t *testing.T, lower string) []string {
-	pass := filepath.Join(filepath.Dir(lower), "pass")
-	if err := os.WriteFile(pass, []byte("crash\n"), 0o600); err != nil {
+	args, err := shaletest.InitCrypt(shaleBin, lower, filepath.Join(filepath.Dir(lower), "pass"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput()
-	if err != nil {
-		t.Fatalf("shale init: %v\n%s", err, out)
-	}
-	return []string{"--passfile", pass}
+	return args
 }
 
 // markShard manages the lower root (chmod u+s), so that every entry the

@@ -75,15 +75,9 @@ var targets = []*target{
 	{name: "shard-rot13", layers: []string{"shard", "rot13"}, prepare: markShard},
 }
 
+// initCrypt keeps the passphrase off the small file system it fills.
 func initCrypt(lower string) ([]string, error) {
-	pass := filepath.Join(filepath.Dir(filepath.Dir(lower)), "pass")
-	if err := os.WriteFile(pass, []byte("diskfull\n"), 0o600); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command(shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("shale init: %v: %s", err, out)
-	}
-	return []string{"--passfile", pass}, nil
+	return shaletest.InitCrypt(shaleBin, lower, filepath.Join(filepath.Dir(filepath.Dir(lower)), "pass"))
 }
 
 // markShard makes the lower root a managed directory (setuid bit).
