@@ -1,0 +1,190 @@
+package p9net
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Key is the secret an export and its clients share.
+type Key []byte
+
+// MinKeyLen is the shortest key accepted: the public key that TLS shows
+// would otherwise allow guessing it offline.
+const MinKeyLen = 16
+
+// ErrAuth is wrapped by every failure to authenticate.
+var ErrAuth = errors.New("authentication failed")
+
+// HandshakeTimeout bounds how long a connection may take to authenticate.
+const HandshakeTimeout = 10 * time.Second
+
+// LoadKey reads a key file: at least MinKeyLen bytes (a final newline is
+// not part of it), readable by its owner only, like an ssh key.
+func LoadKey(path string) (Key, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %v", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("key file %s is readable by others (mode %#o): chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %v", err)
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	if len(b) < MinKeyLen {
+		return nil, fmt.Errorf("key file %s holds %d bytes, fewer than %d: make one with 'head -c 32 /dev/urandom | base64 > %s'", path, len(b), MinKeyLen, path)
+	}
+	return Key(b), nil
+}
+
+// tlsConfig is the configuration both sides use: the certificate of the
+// key pair derived from k, and a check that the peer shows the same.
+func (k Key) tlsConfig() (*tls.Config, error) {
+	seed, err := hkdf.Key(sha256.New, k, nil, "shale 9p tls v1", ed25519.SeedSize)
+	if err != nil {
+		return nil, err
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		NotBefore:    time.Unix(0, 0),
+		NotAfter:     time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"shale"},
+	}
+	der, err := x509.CreateCertificate(nil, tmpl, tmpl, pub, priv)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: priv}},
+		ClientAuth:   tls.RequireAnyClientCert,
+		// The peer is trusted for holding the key, not for a name: the
+		// usual chain checks do not apply, the pinned key does.
+		InsecureSkipVerify: true,
+		ServerName:         "shale",
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) != 1 {
+				return errors.New("peer shows no single certificate")
+			}
+			c, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			if p, ok := c.PublicKey.(ed25519.PublicKey); !ok || !p.Equal(pub) {
+				return errors.New("peer holds another key")
+			}
+			return nil
+		},
+	}, nil
+}
+
+// Listen listens on a; with a key, connections authenticate (as TLS) on
+// their first read, within HandshakeTimeout. A unix socket left by a dead
+// server is replaced; one a live server answers on is not.
+func Listen(a Addr, key Key) (net.Listener, error) {
+	if a.Network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(a.Address), 0o755); err != nil {
+			return nil, fmt.Errorf("listen on %s: %v", a, err)
+		}
+		if c, err := net.Dial("unix", a.Address); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen on %s: a server already answers there: stop it or choose another path", a)
+		} else if errors.Is(err, syscall.ECONNREFUSED) {
+			os.Remove(a.Address)
+		}
+	}
+	l, err := net.Listen(a.Network, a.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %v", a, err)
+	}
+	if key == nil {
+		return l, nil
+	}
+	cfg, err := key.tlsConfig()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return &tlsListener{l, cfg}, nil
+}
+
+type tlsListener struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &serverConn{Conn: tls.Server(c, l.cfg)}, nil
+}
+
+// serverConn authenticates on the first read, so that Accept need not
+// wait for a slow client, and fails the connection if that takes longer
+// than HandshakeTimeout.
+type serverConn struct {
+	*tls.Conn
+	once sync.Once
+	err  error
+}
+
+func (c *serverConn) Read(p []byte) (int, error) {
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+		defer cancel()
+		if err := c.HandshakeContext(ctx); err != nil {
+			c.err = fmt.Errorf("%w: %v", ErrAuth, err)
+		}
+	})
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.Conn.Read(p)
+}
+
+// Dial connects to a; with a key, it authenticates before it returns.
+func Dial(ctx context.Context, a Addr, key Key) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, a.Network, a.Address)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", a, err)
+	}
+	if key == nil {
+		return c, nil
+	}
+	cfg, err := key.tlsConfig()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	tc := tls.Client(c, cfg)
+	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w with %s: %v: the server holds another key, or none (check --keyfile on both sides)", ErrAuth, a, err)
+	}
+	return tc, nil
+}
