@@ -18,6 +18,8 @@ type Spec struct {
 	Lower  string  // a directory, or scheme://... of another backend
 	Layers []Layer // bottom-most first
 	Views  []View
+	// Exports are the layers shale serve offers over 9P.
+	Exports []Export
 	// CoherenceOff: see Options.
 	CoherenceOff bool
 }
@@ -35,6 +37,12 @@ type Layer struct {
 type View struct {
 	Layer      int // 0: the lower tree itself; i: the i-th layer
 	Mountpoint string
+}
+
+// Export is one layer of a spec's stack offered over 9P.
+type Export struct {
+	Layer int    // as View.Layer
+	Name  string // the attach name; "" is the default, which "/" names too
 }
 
 // Check tells whether every layer is registered and takes the options it
@@ -63,6 +71,19 @@ func (sp *Spec) Check() error {
 			return fmt.Errorf("mountpoint %s is named twice", v.Mountpoint)
 		}
 		seen[v.Mountpoint] = true
+	}
+	names := map[string]bool{}
+	for i, e := range sp.Exports {
+		if e.Layer < 0 || e.Layer > len(sp.Layers) {
+			return fmt.Errorf("export %d needs layer = 0 (the lower directory) to %d", i+1, len(sp.Layers))
+		}
+		if e.Name != strings.Trim(e.Name, "/") || strings.Contains(e.Name, "/") {
+			return fmt.Errorf("export %d: name %q: an attach name is one word without /", i+1, e.Name)
+		}
+		if names[e.Name] {
+			return fmt.Errorf("export name %q is given twice", e.Name)
+		}
+		names[e.Name] = true
 	}
 	return nil
 }
@@ -138,12 +159,19 @@ func (sp *Spec) Build(ctx context.Context) (*Stack, []layer.Node, error) {
 //	[[view]]
 //	layer = 1            # 0: the lower directory itself
 //	mountpoint = "/mnt/vault"
+//	[[export]]           # for shale serve
+//	layer = 0
+//	name = "raw"         # the attach name; "" (the default) answers to "/" too
 type stackFile struct {
 	Lower string
 	Layer []map[string]any
 	View  []struct {
 		Layer      *int
 		Mountpoint string
+	}
+	Export []struct {
+		Layer *int
+		Name  string
 	}
 }
 
@@ -155,10 +183,10 @@ func ParseFile(path string) (*Spec, error) {
 		return nil, fmt.Errorf("stack file %s: %v", path, err)
 	}
 	if un := md.Undecoded(); len(un) > 0 {
-		return nil, fmt.Errorf("stack file %s: unknown key %q: the keys are lower, [[layer]] name and the layer's options, [[view]] layer and mountpoint", path, un[0].String())
+		return nil, fmt.Errorf("stack file %s: unknown key %q: the keys are lower, [[layer]] name and the layer's options, [[view]] layer and mountpoint, [[export]] layer and name", path, un[0].String())
 	}
-	if sf.Lower == "" || len(sf.View) == 0 {
-		return nil, fmt.Errorf("stack file %s: it needs lower = \"DIR\" and at least one [[view]]", path)
+	if sf.Lower == "" || len(sf.View)+len(sf.Export) == 0 {
+		return nil, fmt.Errorf("stack file %s: it needs lower = \"DIR\" and at least one [[view]] or [[export]]", path)
 	}
 	sp := &Spec{Lower: sf.Lower}
 	for i, t := range sf.Layer {
@@ -184,6 +212,12 @@ func ParseFile(path string) (*Spec, error) {
 			return nil, fmt.Errorf("stack file %s: view %d needs layer = 0 (the lower directory) to %d", path, i+1, len(sp.Layers))
 		}
 		sp.Views = append(sp.Views, View{Layer: *v.Layer, Mountpoint: v.Mountpoint})
+	}
+	for i, e := range sf.Export {
+		if e.Layer == nil {
+			return nil, fmt.Errorf("stack file %s: export %d needs layer = 0 (the lower directory) to %d", path, i+1, len(sp.Layers))
+		}
+		sp.Exports = append(sp.Exports, Export{Layer: *e.Layer, Name: e.Name})
 	}
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("stack file %s: %v", path, err)

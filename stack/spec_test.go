@@ -47,3 +47,33 @@ func TestParseFile(t *testing.T) {
 		t.Errorf("got %+v", sp)
 	}
 }
+
+func TestParseFileExports(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "s.toml")
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("lower = \"/srv\"\n[[export]]\nlayer = 0\n[[export]]\nlayer = 0\nname = \"raw\"\n")
+	sp, err := stack.ParseFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sp.Exports) != 2 || sp.Exports[0] != (stack.Export{Layer: 0, Name: ""}) || sp.Exports[1] != (stack.Export{Layer: 0, Name: "raw"}) {
+		t.Errorf("exports %+v", sp.Exports)
+	}
+	for body, want := range map[string]string{
+		"lower = \"/srv\"\n[[export]]\nlayer = 0\nname = \"a\"\n[[export]]\nlayer = 0\nname = \"a\"\n": "given twice",
+		"lower = \"/srv\"\n[[export]]\nlayer = 3\n":                                                    "export 1 needs layer",
+		"lower = \"/srv\"\n[[export]]\nname = \"x\"\n":                                                 "export 1 needs layer",
+		"lower = \"/srv\"\n[[export]]\nlayer = 0\nname = \"a/b\"\n":                                    "one word",
+		"lower = \"/srv\"\n": "at least one [[view]] or [[export]]",
+	} {
+		write(body)
+		if _, err := stack.ParseFile(p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+}
