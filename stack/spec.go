@@ -129,14 +129,10 @@ func (sp *Spec) Build(ctx context.Context) (*Stack, []layer.Node, error) {
 	if err := sp.Check(); err != nil {
 		return nil, nil, err
 	}
-	b, err := findBackend(sp.Lower)
+	st := New(Options{CoherenceOff: sp.CoherenceOff})
+	bottom, err := OpenLower(st, sp.Lower)
 	if err != nil {
 		return nil, nil, err
-	}
-	st := New(Options{CoherenceOff: sp.CoherenceOff})
-	bottom, err := b.Open(st, sp.Lower)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lower directory %s: %v", sp.Lower, err)
 	}
 	nodes := []layer.Node{bottom}
 	for _, l := range sp.Layers {
