@@ -21,6 +21,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 export PATH=/usr/local/go/bin:$PATH
 export LC_ALL=C
+. bench/lib.sh
 
 runs=5 out="" work=/var/tmp/shale-bench
 systems=native,shale,shale-nopt,loopback,bindfs
@@ -48,8 +49,6 @@ RANDSECS=${SHALE_BENCH_RANDSECS:-10}  # 4 KiB random read and write run time (s)
 SCRYPT_LOGN=10              # scrypt cost (log2 N) of crypt's and gocryptfs's
                             # fresh configs: mounting fast, not safe
 
-log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
-
 # --- build -----------------------------------------------------------------
 log "building bin/shale (scripts/setup.sh) and go-fuse's loopback example"
 ./scripts/setup.sh >&2
@@ -61,9 +60,7 @@ shale=$tmp/shale
 gofuse=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2)
 for t in fio bindfs gocryptfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
 
-mkdir -p "$work"
-fstype=$(stat -f -c %T "$work")
-case $fstype in tmpfs | ramfs | fuse* | overlay*) echo "run.sh: $work is on $fstype; pick a disk file system with -d" >&2; exit 1 ;; esac
+check_workdir "$work"
 results=$tmp/results.tsv
 : >"$results"
 pass=$tmp/passphrase
@@ -72,8 +69,6 @@ echo "shale-bench passphrase" >"$pass"
 # --- systems ---------------------------------------------------------------
 # target SYS: the directory the workloads use on SYS.
 target() { if [ "$1" = native ]; then echo "$work/$1/lower"; else echo "$work/$1/mnt"; fi; }
-
-mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 
 # daemon_pid MNT: the process serving the FUSE mount at MNT.
 daemon_pid() {
@@ -146,8 +141,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- workloads -------------------------------------------------------------
-cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
-
 # timed SYS WORKLOAD CMD...: runs CMD, records its wall time in seconds.
 timed() {
 	local s=$1 w=$2; shift 2
@@ -169,14 +162,7 @@ resident() {
 
 record() { printf '%s\t%s\t%s\t%s\n' "$rep" "$1" "$2" "$3" >>"$results"; log "  $1 $2 $3"; }
 
-w_cp() { cp -a "$SRC" "$1/src"; }
-w_find() { find "$1/src" | wc -l; }
-# A batch of files with no match is grep's exit 1, not an error.
-w_xgrep() { find "$1/src" -type f -print0 | xargs -0 sh -c 'grep -l "func main" "$@"; [ $? -le 1 ]' grep | wc -l; }
-w_grep() { grep -r -l "func main" "$1/src" | wc -l; }
-w_rm() { rm -r "$1/src"; }
-w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
-w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
+# The workloads (w_cp, w_find, ...) are bench/lib.sh's.
 
 run_system() {
 	local s=$1 d pid c0 c1 t0 t1 iops

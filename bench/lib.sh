@@ -1,0 +1,30 @@
+# Shared by the benchmark harnesses (bench/core/run.sh, bench/net/run.sh),
+# sourced from the repository root: logging, mount checks, cold caches and
+# the workloads, so that every harness runs the same ones.
+#
+# The workloads read two variables the harness sets: SRC, the source tree
+# the metadata workloads copy, and BIGMB, the sequential file's size in MiB.
+# Each takes the directory to work in.
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+
+mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+
+cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# check_workdir DIR: makes DIR and sets fstype to its file system's type;
+# exits if that is memory or FUSE, whose numbers would not be the disk's.
+check_workdir() {
+	mkdir -p "$1"
+	fstype=$(stat -f -c %T "$1")
+	case $fstype in tmpfs | ramfs | fuse* | overlay*) echo "run.sh: $1 is on $fstype; pick a disk file system with -d" >&2; exit 1 ;; esac
+}
+
+w_cp() { cp -a "$SRC" "$1/src"; }
+w_find() { find "$1/src" | wc -l; }
+# A batch of files with no match is grep's exit 1, not an error.
+w_xgrep() { find "$1/src" -type f -print0 | xargs -0 sh -c 'grep -l "func main" "$@"; [ $? -le 1 ]' grep | wc -l; }
+w_grep() { grep -r -l "func main" "$1/src" | wc -l; }
+w_rm() { rm -r "$1/src"; }
+w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
+w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
