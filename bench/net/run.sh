@@ -126,7 +126,8 @@ mount_row() {
 		sport=$(free_port)
 		case $kind in
 		serve)
-			"$shale" serve --listen "tcp:127.0.0.1:$sport" "$lower" >>"$tmp/serve.log" 2>&1 &
+			# Root unsquashed, as diod leaves it: cp -a sets owners.
+			"$shale" serve --no-root-squash --listen "tcp:127.0.0.1:$sport" "$lower" >>"$tmp/serve.log" 2>&1 &
 			server_pid=$!
 			url=9p://127.0.0.1:PORT/
 			;;
@@ -251,6 +252,7 @@ report=$tmp/report.md
 	echo "- shale: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
 	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
 	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
+	[[ $rows != *serve-* ]] || echo "- shale serve --no-root-squash LOWER (as diod, root acts as root), mounted by shale's 9P client"
 	[ -z "$needdiod" ] || echo "- diod: $(dpkg-query -W -f='${Version}' diod 2>/dev/null || echo '?') (-n -e LOWER, no squashing), mounted by shale's 9P client"
 	echo "- latency: \`shale delay\` on loopback, half the RTT each way, no rate limit"
 	echo "- source tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1)); sequential file $BIGMB MiB"
