@@ -1,0 +1,375 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// handle is an open remote file (or directory, for dir): a fid of its
+// own, opened with Tlopen, opened again on a new connection on first use.
+type handle struct {
+	n     *node
+	fs    *FS
+	uid   uint32
+	flags uint32 // open(2) flags to open again with: no O_TRUNC, O_CREAT, O_EXCL
+
+	mu        sync.Mutex
+	c         *conn
+	fid       uint32
+	iounit    uint32
+	released  bool
+	owners    map[lockOwner]bool // lock owners that took locks through it
+	locksLost bool               // it held locks on a connection that was lost
+}
+
+type lockOwner struct {
+	owner uint64
+	flock bool
+}
+
+var _ layer.Handle = (*handle)(nil)
+
+// use returns the live connection and the handle's fid on it, opening the
+// file again if the connection is new since.
+func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
+	c, e := h.fs.conn(ctx)
+	if e != 0 {
+		return nil, 0, 0, e
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return nil, 0, 0, syscall.EBADF
+	}
+	if h.c == c {
+		return c, h.fid, h.iounit, 0
+	}
+	fid, iounit, e := h.n.openFid(c, h.uid, h.flags)
+	if e != 0 {
+		return nil, 0, 0, e
+	}
+	if len(h.owners) > 0 {
+		// The server dropped its locks with the connection; whoever
+		// thought it held them learns at its next lock call.
+		h.locksLost = true
+		h.owners = nil
+	}
+	h.c, h.fid, h.iounit = c, fid, iounit
+	return c, fid, iounit, 0
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	c, fid, iounit, e := h.use(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	k, err := c.readAt(fid, iounit, dest, off)
+	if err != nil && k == 0 {
+		return 0, errno(err)
+	}
+	return k, 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
+	c, fid, iounit, e := h.use(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	k, err := c.writeAt(fid, iounit, data, off)
+	if k > 0 {
+		h.fs.raiseRange(ctx, layer.Data, h.n.tok, "", off, int64(k))
+	}
+	if err != nil && k == 0 {
+		return 0, errno(err)
+	}
+	return k, 0
+}
+
+// Flush: the closing owner loses its POSIX locks on the file.
+func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
+	h.mu.Lock()
+	held := h.owners[lockOwner{owner, false}]
+	delete(h.owners, lockOwner{owner, false})
+	h.mu.Unlock()
+	if held {
+		if c, fid, _, e := h.use(ctx); e == 0 {
+			c.lock(fid, lockUnlock, 0, 0, h.fs.proc(owner), h.fs.clientID)
+		}
+	}
+	return 0
+}
+
+func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	c, fid, _, e := h.use(ctx)
+	if e != 0 {
+		return e
+	}
+	var b enc
+	b.u32(fid)
+	if datasync {
+		b.u32(1)
+	} else {
+		b.u32(0)
+	}
+	_, err := c.rpc(tFsync, b.b)
+	return errno(err)
+}
+
+// Release clunks the fid; flock locks taken through the handle go with
+// the open file, as the kernel sends no unlock for them.
+func (h *handle) Release(ctx context.Context) layer.Errno {
+	h.mu.Lock()
+	c, fid, owners := h.c, h.fid, h.owners
+	h.released, h.owners = true, nil
+	h.mu.Unlock()
+	if c == nil || !c.alive() {
+		return 0 // the fid went with its connection
+	}
+	for o := range owners {
+		c.lock(fid, lockUnlock, 0, 0, h.fs.proc(o.owner), h.fs.clientID)
+	}
+	if err := c.clunk(fid); err != nil && !errors.Is(err, errLost) {
+		return errno(err)
+	}
+	return 0
+}
+
+// Allocate: 9P2000.L has no fallocate.
+func (h *handle) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
+	return syscall.EOPNOTSUPP
+}
+
+// Lseek: 9P has no SEEK_DATA or SEEK_HOLE, so the file is taken to be all
+// data: SEEK_DATA finds off itself, SEEK_HOLE the end of the file, and
+// both fail with ENXIO at or past the end.
+func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
+	}
+	c, fid, _, e := h.use(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		return 0, errno(err)
+	}
+	size := int64(ra.attr.Size)
+	switch {
+	case off < 0 || off >= size:
+		return 0, syscall.ENXIO
+	case whence == unix.SEEK_DATA:
+		return off, 0
+	default:
+		return size, 0
+	}
+}
+
+// CopyFileRange: 9P2000.L has no server-side copy; the kernel falls back
+// to reading and writing.
+func (h *handle) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, dstOff int64, n int, flags uint32) (int, layer.Errno) {
+	return 0, syscall.EOPNOTSUPP
+}
+
+// lock sends Tlock and returns its status.
+func (c *conn) lock(fid uint32, typ uint8, start, length uint64, proc uint32, client string) (uint8, error) {
+	var b enc
+	b.u32(fid)
+	b.u8(typ)
+	b.u32(0) // never P9_LOCK_FLAGS_BLOCK: a request must not wait on the server
+	b.u64(start)
+	b.u64(length)
+	b.u32(proc)
+	b.str(client)
+	d, err := c.rpc(tLock, b.b)
+	if err != nil {
+		return lockError, err
+	}
+	st := d.u8()
+	if d.err != nil {
+		c.fail(errProto)
+		return lockError, errLost
+	}
+	return st, nil
+}
+
+// wireLock maps a lock to Tlock's type, start and length (0: to the end).
+func wireLock(lk *layer.Lock) (uint8, uint64, uint64) {
+	typ := uint8(lockUnlock)
+	switch lk.Type {
+	case syscall.F_RDLCK:
+		typ = lockRead
+	case syscall.F_WRLCK:
+		typ = lockWrite
+	}
+	if lk.Flock {
+		return typ, 0, 0
+	}
+	var length uint64
+	if lk.End != math.MaxUint64 && lk.End <= math.MaxInt64 {
+		length = lk.End - lk.Start + 1
+	}
+	return typ, lk.Start, length
+}
+
+// lostLocks reports, once, that the handle's locks went with a lost
+// connection: the caller's lock call fails with EIO rather than let a
+// process that thinks it holds a lock go on without it unawares.
+func (h *handle) lostLocks() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lost := h.locksLost
+	h.locksLost = false
+	return lost
+}
+
+// Setlk takes the lock on the server, under this client's id and a
+// proc_id for owner, so it conflicts with other clients' locks. The server
+// is never asked to block (a blocked request would hold a server thread
+// and our request past its timeout): with wait, Tlock is retried with
+// backoff until it is granted or ctx ends (EINTR).
+//
+// Locks are the server's and do not survive a lost connection: the first
+// lock call on a handle that held locks then fails with EIO, after which
+// the handle starts afresh with none.
+func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
+	c, fid, _, e := h.use(ctx)
+	if e != 0 {
+		return e
+	}
+	if h.lostLocks() {
+		return syscall.EIO
+	}
+	typ, start, length := wireLock(lk)
+	proc := h.fs.proc(owner)
+	delay := 10 * time.Millisecond
+	for {
+		st, err := c.lock(fid, typ, start, length, proc, h.fs.clientID)
+		if err != nil {
+			return errno(err)
+		}
+		switch st {
+		case lockSuccess:
+			o := lockOwner{owner, lk.Flock}
+			h.mu.Lock()
+			if typ != lockUnlock {
+				if h.owners == nil {
+					h.owners = map[lockOwner]bool{}
+				}
+				h.owners[o] = true
+			} else if lk.Flock {
+				delete(h.owners, o)
+			}
+			h.mu.Unlock()
+			return 0
+		case lockBlocked, lockGrace:
+			if !wait {
+				return syscall.EAGAIN
+			}
+		default:
+			return syscall.ENOLCK
+		}
+		select {
+		case <-ctx.Done():
+			return syscall.EINTR
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+		if c, fid, _, e = h.use(ctx); e != 0 {
+			return e
+		}
+		if h.lostLocks() {
+			return syscall.EIO
+		}
+	}
+}
+
+// probeOwner takes the probe locks of Getlk; no kernel lock owner is it.
+const probeOwner = math.MaxUint64
+
+// Getlk asks the server with Tgetlock. Servers without it (hugelgupf/p9's,
+// which shale serve is built on, answers an error) are probed instead:
+// Tlock under a probe owner on a fid opened for the purpose, undone at
+// once when granted. The probe has two flaws: while it holds its lock,
+// another client's request can be refused; and it cannot tell the
+// caller's own locks from others', so a lock the owner itself holds over
+// the range is reported as a conflict (F_GETLK ignores one's own). A
+// conflict is reported as a write lock over the asked range with no pid,
+// as the server does not say whose lock it is.
+func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
+	c, fid, _, e := h.use(ctx)
+	if e != 0 {
+		return e
+	}
+	if h.lostLocks() {
+		return syscall.EIO
+	}
+	typ, start, length := wireLock(lk)
+	if typ == lockUnlock {
+		return syscall.EINVAL
+	}
+	if !h.fs.noGetlock.Load() {
+		var b enc
+		b.u32(fid)
+		b.u8(typ)
+		b.u64(start)
+		b.u64(length)
+		b.u32(h.fs.proc(owner))
+		b.str(h.fs.clientID)
+		d, err := c.rpc(tGetlock, b.b)
+		if err == nil {
+			rtyp, rstart, rlen := d.u8(), d.u64(), d.u64()
+			if d.err != nil {
+				return syscall.EIO
+			}
+			if rtyp == lockUnlock {
+				lk.Type = syscall.F_UNLCK
+				return 0
+			}
+			lk.Type = syscall.F_WRLCK
+			if rtyp == lockRead {
+				lk.Type = syscall.F_RDLCK
+			}
+			lk.Start, lk.End = rstart, math.MaxUint64
+			if rlen != 0 {
+				lk.End = rstart + rlen - 1
+			}
+			lk.Pid = 0 // the holder's proc_id is another client's numbering
+			return 0
+		}
+		if errors.Is(err, errLost) {
+			return syscall.EIO
+		}
+		h.fs.noGetlock.Store(true)
+		h.fs.log.Debug("9p server has no Tgetlock: probing with Tlock", "err", err)
+	}
+	pfid, _, e := h.n.openFid(c, h.uid, h.flags&unix.O_ACCMODE)
+	if e != 0 {
+		return e
+	}
+	defer c.clunk(pfid)
+	proc := h.fs.proc(probeOwner)
+	st, err := c.lock(pfid, typ, start, length, proc, h.fs.clientID)
+	if err != nil {
+		return errno(err)
+	}
+	switch st {
+	case lockSuccess:
+		c.lock(pfid, lockUnlock, start, length, proc, h.fs.clientID)
+		lk.Type = syscall.F_UNLCK
+	case lockBlocked, lockGrace:
+		lk.Type = syscall.F_WRLCK
+		lk.Pid = 0
+	default:
+		return syscall.ENOLCK
+	}
+	return 0
+}

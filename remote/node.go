@@ -1,0 +1,755 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// node is a remote file. It holds no fid of its own identity: a fid per
+// uid and connection, walked by path on first use, so that a node outlives
+// connections and serves every caller as itself.
+type node struct {
+	fs     *FS
+	tok    layer.Token
+	isRoot bool
+
+	// Under fs.tree. A node that is neither the root nor anyone's child
+	// (its name was removed or replaced) has no path: it keeps the fids it
+	// has, but cannot walk new ones.
+	parent   *node
+	name     string
+	children map[string][]*node // nodes given out for each name, not yet forgotten
+
+	mu   sync.Mutex
+	fids map[uint32]*nodeFid // by uid
+}
+
+type nodeFid struct {
+	c   *conn
+	fid uint32
+}
+
+var _ layer.Node = (*node)(nil)
+
+// KeepsOffsets: the remote tree is the bottom of its stack.
+func (n *node) KeepsOffsets() bool { return true }
+
+func (n *node) Token() layer.Token { return n.tok }
+
+// Close ends the client the node belongs to (see FS.Close).
+func (n *node) Close() error { return n.fs.Close() }
+
+// path is the node's names from the attach root.
+func (n *node) path() ([]string, layer.Errno) {
+	n.fs.tree.Lock()
+	defer n.fs.tree.Unlock()
+	var rev []string
+	for m := n; !m.isRoot; m = m.parent {
+		if m.parent == nil {
+			return nil, syscall.ESTALE
+		}
+		rev = append(rev, m.name)
+	}
+	names := make([]string, len(rev))
+	for i, s := range rev {
+		names[len(rev)-1-i] = s
+	}
+	return names, 0
+}
+
+// use returns the live connection, the node's fid on it for ctx's caller,
+// and the caller.
+func (n *node) use(ctx context.Context) (*conn, uint32, ident, layer.Errno) {
+	id := identOf(ctx)
+	c, e := n.fs.conn(ctx)
+	if e != 0 {
+		return nil, 0, id, e
+	}
+	fid, e := n.fidOn(c, id.uid)
+	return c, fid, id, e
+}
+
+// fidOn returns the node's fid for uid on c, walking it from uid's attach
+// by the node's path if it has none there yet.
+func (n *node) fidOn(c *conn, uid uint32) (uint32, layer.Errno) {
+	n.mu.Lock()
+	if f := n.fids[uid]; f != nil && f.c == c {
+		n.mu.Unlock()
+		return f.fid, 0
+	}
+	n.mu.Unlock()
+	rfid, err := c.root(uid)
+	if err != nil {
+		return 0, errno(err)
+	}
+	if n.isRoot {
+		return rfid, 0 // the attach itself: clunked with its connection only
+	}
+	names, e := n.path()
+	if e != 0 {
+		return 0, e
+	}
+	fid, q, err := c.walk(rfid, names)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return 0, syscall.ESTALE // renamed or removed beside us
+		}
+		return 0, errno(err)
+	}
+	if q.path != n.tok.Ino {
+		c.clunk(fid)
+		return 0, syscall.ESTALE // the path names another file now
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f := n.fids[uid]; f != nil && f.c == c {
+		go c.clunk(fid) // another request walked it meanwhile
+		return f.fid, 0
+	}
+	n.fids[uid] = &nodeFid{c, fid}
+	return fid, 0
+}
+
+// Forget clunks the node's fids and leaves the tree.
+func (n *node) Forget() {
+	n.fs.tree.Lock()
+	if p := n.parent; p != nil {
+		p.children[n.name] = remove(p.children[n.name], n)
+		if len(p.children[n.name]) == 0 {
+			delete(p.children, n.name)
+		}
+		n.parent = nil
+	}
+	n.fs.tree.Unlock()
+	n.dropFids()
+}
+
+// subtree appends n and the nodes beneath it; fs.tree is held.
+func (n *node) subtree(to []*node) []*node {
+	to = append(to, n)
+	for _, cs := range n.children {
+		for _, c := range cs {
+			to = c.subtree(to)
+		}
+	}
+	return to
+}
+
+// dropFids clunks the node's fids: later requests walk new ones.
+func (n *node) dropFids() {
+	n.mu.Lock()
+	fids := n.fids
+	n.fids = map[uint32]*nodeFid{}
+	n.mu.Unlock()
+	if len(fids) > 0 {
+		go func() {
+			for _, f := range fids {
+				if f.c.alive() {
+					f.c.clunk(f.fid)
+				}
+			}
+		}()
+	}
+}
+
+func remove(ns []*node, n *node) []*node {
+	for i, m := range ns {
+		if m == n {
+			return append(ns[:i], ns[i+1:]...)
+		}
+	}
+	return ns
+}
+
+// adopt makes c the node of name in n.
+func (n *node) adopt(name string, c *node) {
+	n.fs.tree.Lock()
+	defer n.fs.tree.Unlock()
+	if n.children == nil {
+		n.children = map[string][]*node{}
+	}
+	c.parent, c.name = n, name
+	n.children[name] = append(n.children[name], c)
+}
+
+// detach cuts the nodes of name in n from the tree: the name is gone.
+func (n *node) detach(name string) {
+	n.fs.tree.Lock()
+	defer n.fs.tree.Unlock()
+	for _, c := range n.children[name] {
+		c.parent = nil
+	}
+	delete(n.children, name)
+}
+
+// validName refuses names the kernel would never send but a buggy layer
+// above might: the server would resolve them.
+func validName(name string) layer.Errno {
+	if name == "" || name == "." || name == ".." {
+		return syscall.EINVAL
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' || name[i] == 0 {
+			return syscall.EINVAL
+		}
+	}
+	if len(name) > 255 {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+// useDir is use for an operation on name in the directory n.
+func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return nil, 0, ident{}, e
+	}
+	return n.use(ctx)
+}
+
+// child walks to name in the directory dfid and makes its node, with a
+// fid for uid.
+func (n *node) child(c *conn, dfid, uid uint32, name string, out *layer.Attr) (*node, layer.Errno) {
+	fid, _, err := c.walk(dfid, []string{name})
+	if err != nil {
+		return nil, errno(err)
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		c.clunk(fid)
+		return nil, errno(err)
+	}
+	*out = ra.attr
+	ch := &node{fs: n.fs, tok: ra.token(), fids: map[uint32]*nodeFid{uid: {c, fid}}}
+	n.adopt(name, ch)
+	return ch, 0
+}
+
+func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	c, fid, e := n.fidFor(ctx, h)
+	if e != 0 {
+		return e
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		return errno(err)
+	}
+	*out = ra.attr
+	return 0
+}
+
+// fidFor is the fid to act on the node with: h's, which reaches the file
+// even after it was removed, or the node's.
+func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, layer.Errno) {
+	if f, ok := h.(*handle); ok && f.n == n {
+		c, fid, _, e := f.use(ctx)
+		return c, fid, e
+	}
+	c, fid, _, e := n.use(ctx)
+	return c, fid, e
+}
+
+func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	c, fid, e := n.fidFor(ctx, h)
+	if e != 0 {
+		return e
+	}
+	var valid, mode uint32
+	if in.Valid&layer.SetMode != 0 {
+		valid |= setattrMode
+		mode = in.Mode & 0o7777
+	} else if in.Valid&layer.SetKillSuidgid != 0 {
+		// 9P cannot ask for it: clear the bits as a write by the caller
+		// would, setgid only with group execute (else it marks mandatory
+		// locking).
+		ra, err := c.getattr(fid)
+		if err != nil {
+			return errno(err)
+		}
+		m := ra.attr.Mode
+		kill := uint32(unix.S_ISUID)
+		if m&0o010 != 0 {
+			kill |= unix.S_ISGID
+		}
+		if m&unix.S_IFMT == unix.S_IFREG && m&kill != 0 {
+			valid |= setattrMode
+			mode = m & 0o7777 &^ kill
+		}
+	}
+	if in.Valid&layer.SetUid != 0 {
+		valid |= setattrUID
+	}
+	if in.Valid&layer.SetGid != 0 {
+		valid |= setattrGID
+	}
+	if in.Valid&layer.SetSize != 0 {
+		valid |= setattrSize
+	}
+	var atime, mtime [2]uint64
+	switch {
+	case in.Valid&layer.SetAtimeNow != 0:
+		valid |= setattrAtime // without _SET: the server's now
+	case in.Valid&layer.SetAtime != 0:
+		valid |= setattrAtime | setattrAtimeSet
+		atime = [2]uint64{uint64(in.Atime.Unix()), uint64(in.Atime.Nanosecond())}
+	}
+	switch {
+	case in.Valid&layer.SetMtimeNow != 0:
+		valid |= setattrMtime
+	case in.Valid&layer.SetMtime != 0:
+		valid |= setattrMtime | setattrMtimeSet
+		mtime = [2]uint64{uint64(in.Mtime.Unix()), uint64(in.Mtime.Nanosecond())}
+	}
+	if in.Valid&layer.SetCtime != 0 {
+		valid |= setattrCtime
+	}
+	if valid != 0 {
+		var b enc
+		b.u32(fid)
+		b.u32(valid)
+		b.u32(mode)
+		b.u32(in.Uid)
+		b.u32(in.Gid)
+		b.u64(in.Size)
+		b.u64(atime[0])
+		b.u64(atime[1])
+		b.u64(mtime[0])
+		b.u64(mtime[1])
+		if _, err := c.rpc(tSetattr, b.b); err != nil {
+			return errno(err)
+		}
+		kind := layer.Attrs
+		if in.Valid&layer.SetSize != 0 {
+			kind = layer.Data
+		}
+		n.fs.raise(ctx, kind, n.tok, "")
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		return errno(err)
+	}
+	*out = ra.attr
+	return 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	c, dfid, id, e := n.useDir(ctx, name)
+	if e != 0 {
+		return nil, e
+	}
+	ch, e := n.child(c, dfid, id.uid, name, out)
+	if e != 0 {
+		return nil, e
+	}
+	return ch, 0
+}
+
+// newMode is the mode to create an object with in the directory dfid:
+// the caller's mode masked by its umask, unless the directory has a
+// default ACL, which the server's file system then applies instead.
+func (n *node) newMode(c *conn, dfid uint32, id ident, mode uint32) uint32 {
+	if id.umask&0o777 == 0 {
+		return mode
+	}
+	if fid, _, err := c.xattrwalk(dfid, "system.posix_acl_default"); err == nil {
+		c.clunk(fid)
+		return mode
+	}
+	return mode &^ (id.umask & 0o777)
+}
+
+// make runs mk (which sends the creating request) as the caller, then
+// returns the node it made.
+func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c *conn, dfid uint32, id ident) error) (layer.Node, layer.Errno) {
+	c, dfid, id, e := n.useDir(ctx, name)
+	if e != 0 {
+		return nil, e
+	}
+	if err := mk(c, dfid, id); err != nil {
+		return nil, errno(err)
+	}
+	n.fs.raise(ctx, layer.Entries, n.tok, name)
+	ch, e := n.child(c, dfid, id.uid, name, out)
+	if e != 0 {
+		return nil, e
+	}
+	return ch, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
+		var b enc
+		b.u32(dfid)
+		b.str(name)
+		b.u32(n.newMode(c, dfid, id, mode&0o7777))
+		b.u32(id.gid)
+		_, err := c.rpc(tMkdir, b.b)
+		return err
+	})
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
+		var b enc
+		b.u32(dfid)
+		b.str(name)
+		b.u32(mode&unix.S_IFMT | n.newMode(c, dfid, id, mode&0o7777))
+		b.u32(unix.Major(dev))
+		b.u32(unix.Minor(dev))
+		b.u32(id.gid)
+		_, err := c.rpc(tMknod, b.b)
+		return err
+	})
+}
+
+func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
+		var b enc
+		b.u32(dfid)
+		b.str(name)
+		b.str(string(target))
+		b.u32(id.gid)
+		_, err := c.rpc(tSymlink, b.b)
+		return err
+	})
+}
+
+func (n *node) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	t, ok := target.(*node)
+	if !ok || t.fs != n.fs {
+		return nil, syscall.EXDEV
+	}
+	ch, e := n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
+		tfid, e := t.fidOn(c, id.uid)
+		if e != 0 {
+			return e
+		}
+		var b enc
+		b.u32(dfid)
+		b.u32(tfid)
+		b.str(name)
+		_, err := c.rpc(tLink, b.b)
+		return err
+	})
+	if e == 0 {
+		n.fs.raise(ctx, layer.Attrs, t.tok, "") // its link count
+	}
+	return ch, e
+}
+
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
+	c, dfid, id, e := n.useDir(ctx, name)
+	if e != 0 {
+		return nil, nil, e
+	}
+	// Tlcreate turns the fid it is given into the new open file: give it
+	// a clone of the directory's.
+	hfid, _, err := c.walk(dfid, nil)
+	if err != nil {
+		return nil, nil, errno(err)
+	}
+	var b enc
+	b.u32(hfid)
+	b.str(name)
+	b.u32(wireFlags(flags | unix.O_CREAT))
+	b.u32(n.newMode(c, dfid, id, mode&0o7777))
+	b.u32(id.gid)
+	d, err := c.rpc(tLcreate, b.b)
+	if err != nil {
+		c.clunk(hfid)
+		return nil, nil, errno(err)
+	}
+	d.qid()
+	iounit := d.u32()
+	n.fs.raise(ctx, layer.Entries, n.tok, name)
+	ch, e := n.child(c, dfid, id.uid, name, out)
+	if e != 0 {
+		// Gone or replaced already: the node is the file we opened, with
+		// no path to walk.
+		ra, err := c.getattr(hfid)
+		if err != nil {
+			c.clunk(hfid)
+			return nil, nil, errno(err)
+		}
+		*out = ra.attr
+		ch = &node{fs: n.fs, tok: ra.token(), fids: map[uint32]*nodeFid{}}
+	}
+	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
+	return ch, h, 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
+	return n.remove(ctx, name, 0)
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
+	return n.remove(ctx, name, unix.AT_REMOVEDIR)
+}
+
+func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errno {
+	c, dfid, id, e := n.useDir(ctx, name)
+	if e != 0 {
+		return e
+	}
+	if flags == 0 {
+		n.raiseGone(ctx, c, dfid, id.uid, name) // a file's other links change
+	}
+	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
+		return errno(err)
+	}
+	n.detach(name)
+	n.fs.raise(ctx, layer.Entries, n.tok, name)
+	return 0
+}
+
+// raiseGone tells subscribers about the file that name in dfid is, whose
+// link count or ctime is about to change. It costs a walk and a getattr,
+// so only when someone listens.
+func (n *node) raiseGone(ctx context.Context, c *conn, dfid, uid uint32, name string) {
+	if !n.fs.st.Events().Active() {
+		return
+	}
+	fid, _, err := c.walk(dfid, []string{name})
+	if err != nil {
+		return
+	}
+	ra, err := c.getattr(fid)
+	c.clunk(fid)
+	if err == nil {
+		n.fs.raise(ctx, layer.Attrs, ra.token(), "")
+	}
+}
+
+// Rename: 9P2000.L's Trenameat has no flags, so RENAME_NOREPLACE and
+// RENAME_EXCHANGE get EINVAL, as from the kernel's own 9P client; programs
+// fall back to a plain rename.
+func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
+	d, ok := newDir.(*node)
+	if !ok || d.fs != n.fs {
+		return syscall.EXDEV
+	}
+	if flags != 0 {
+		return syscall.EINVAL
+	}
+	if e := validName(newName); e != 0 {
+		return e
+	}
+	c, dfid, id, e := n.useDir(ctx, name)
+	if e != 0 {
+		return e
+	}
+	ndfid, e := d.fidOn(c, id.uid)
+	if e != 0 {
+		return e
+	}
+	d.raiseGone(ctx, c, ndfid, id.uid, newName)
+	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
+		return errno(err)
+	}
+	if n != d || name != newName {
+		n.fs.tree.Lock()
+		for _, r := range d.children[newName] {
+			r.parent = nil // replaced
+		}
+		moved := n.children[name]
+		delete(n.children, name)
+		if len(moved) > 0 {
+			if d.children == nil {
+				d.children = map[string][]*node{}
+			}
+			for _, m := range moved {
+				m.parent, m.name = d, newName
+			}
+			d.children[newName] = moved
+		} else {
+			delete(d.children, newName)
+		}
+		var sub []*node
+		for _, m := range moved {
+			sub = m.subtree(sub)
+		}
+		n.fs.tree.Unlock()
+		// Servers that keep a path per fid (diod, hugelgupf/p9's
+		// localfs) do not move the other fids of a renamed file: walk
+		// them again by the new path.
+		for _, m := range sub {
+			m.dropFids()
+		}
+	}
+	d.raiseGone(ctx, c, ndfid, id.uid, newName) // the moved file's ctime
+	n.fs.raise(ctx, layer.Entries, n.tok, name)
+	n.fs.raise(ctx, layer.Entries, d.tok, newName)
+	return 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	c, fid, _, e := n.use(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	var b enc
+	b.u32(fid)
+	d, err := c.rpc(tReadlink, b.b)
+	if err != nil {
+		return nil, errno(err)
+	}
+	target := d.str()
+	if d.err != nil {
+		return nil, syscall.EIO
+	}
+	return []byte(target), 0
+}
+
+// openFid clones the node's fid for uid and opens it.
+func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.Errno) {
+	nfid, e := n.fidOn(c, uid)
+	if e != 0 {
+		return 0, 0, e
+	}
+	fid, _, err := c.walk(nfid, nil)
+	if err != nil {
+		return 0, 0, errno(err)
+	}
+	iounit, err = c.lopen(fid, wireFlags(flags))
+	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
+		// O_NOATIME is for the owner; it is a wish, not a need.
+		iounit, err = c.lopen(fid, wireFlags(flags&^unix.O_NOATIME))
+	}
+	if err != nil {
+		c.clunk(fid)
+		return 0, 0, errno(err)
+	}
+	return fid, iounit, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
+	id := identOf(ctx)
+	c, e := n.fs.conn(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	fid, iounit, e := n.openFid(c, id.uid, flags)
+	if e != 0 {
+		return nil, e
+	}
+	return &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC, c: c, fid: fid, iounit: iounit}, 0
+}
+
+func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	id := identOf(ctx)
+	c, e := n.fs.conn(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
+	fid, iounit, e := n.openFid(c, id.uid, flags)
+	if e != 0 {
+		return nil, e
+	}
+	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}}, 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
+	c, fid, _, e := n.use(ctx)
+	if e != 0 {
+		return e
+	}
+	var b enc
+	b.u32(fid)
+	d, err := c.rpc(tStatfs, b.b)
+	if err != nil {
+		return errno(err)
+	}
+	d.u32() // type
+	bsize := d.u32()
+	*out = layer.Statfs{Bsize: bsize, Frsize: bsize}
+	out.Blocks, out.Bfree, out.Bavail = d.u64(), d.u64(), d.u64()
+	out.Files, out.Ffree = d.u64(), d.u64()
+	d.u64() // fsid
+	out.NameLen = d.u32()
+	if d.err != nil {
+		return syscall.EIO
+	}
+	return 0
+}
+
+// unsupported tells whether a server's error means it lacks a request.
+func unsupported(err error) bool {
+	return errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP)
+}
+
+// renameat sends Trenameat, or for servers without it (diod before 1.0.25)
+// the older Trename, which names the file by a fid.
+func (fs *FS) renameat(c *conn, dfid uint32, name string, ndfid uint32, newName string) error {
+	if !fs.noRenameat.Load() {
+		var b enc
+		b.u32(dfid)
+		b.str(name)
+		b.u32(ndfid)
+		b.str(newName)
+		_, err := c.rpc(tRenameat, b.b)
+		if !unsupported(err) {
+			return err
+		}
+		fs.noRenameat.Store(true)
+	}
+	fid, _, err := c.walk(dfid, []string{name})
+	if err != nil {
+		return err
+	}
+	defer c.clunk(fid)
+	var b enc
+	b.u32(fid)
+	b.u32(ndfid)
+	b.str(newName)
+	_, err = c.rpc(tRename, b.b)
+	return err
+}
+
+// unlinkat sends Tunlinkat, or for servers without it Tremove on a fid
+// walked to the name (which a directory's emptiness or the flags then
+// decide alike: Tremove removes either kind).
+func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
+	if !fs.noUnlinkat.Load() {
+		var b enc
+		b.u32(dfid)
+		b.str(name)
+		b.u32(flags)
+		_, err := c.rpc(tUnlinkat, b.b)
+		if !unsupported(err) {
+			return err
+		}
+		fs.noUnlinkat.Store(true)
+	}
+	fid, _, err := c.walk(dfid, []string{name})
+	if err != nil {
+		return err
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		c.clunk(fid)
+		return err
+	}
+	isDir := ra.attr.Mode&unix.S_IFMT == unix.S_IFDIR
+	if isDir != (flags&unix.AT_REMOVEDIR != 0) {
+		c.clunk(fid)
+		if isDir {
+			return syscall.EISDIR
+		}
+		return syscall.ENOTDIR
+	}
+	var b enc
+	b.u32(fid)
+	_, err = c.rpc(tRemove, b.b)
+	if err == nil || !errors.Is(err, errLost) {
+		c.putFid(fid) // Tremove clunks, whatever it answers
+	}
+	return err
+}

@@ -1,0 +1,334 @@
+// Package remote is the bottom of a stack whose lower tree is on a 9P
+// server (shale serve, diod, any 9P2000.L server): the remote twin of
+// hostfs, a 9P2000.L client behind the layer interface.
+//
+// Identity: every request runs as the caller its ctx carries
+// (layer.Caller; the process's own ids when there is none). The client
+// attaches once per uid, on that uid's first request, and every node keeps
+// a fid per uid, walked from that uid's attach by the node's path, so the
+// server checks permissions as the caller and never sees one uid act
+// through another's fid. New objects get the caller's gid, and a mode
+// masked with the caller's umask unless the directory has a default ACL
+// (9P has no umask), as hostfs does locally.
+//
+// Nothing is cached beyond one request: every Getattr is a Tgetattr, every
+// Lookup a Twalk and a Tgetattr. Changes made through the client raise
+// the stack's events, as hostfs does, so views of one remote lower stay
+// coherent with each other; changes made by others on the server raise
+// none (9P has no notification).
+//
+// Failure: a request without a reply within Options.Timeout fails with
+// EIO and closes its connection, so that a dead or stopped server makes
+// requests fail rather than hang; every request in flight on a lost
+// connection fails with EIO. The client dials again with backoff (100 ms
+// doubling to 5 s); a request made while there is no connection waits for
+// one up to Timeout, then fails with EIO. Nodes walk their fids again by
+// path, and open handles open again (without O_TRUNC, O_CREAT, O_EXCL), on
+// their next use. Locks do not survive: see Setlk.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/stack"
+)
+
+// Options tune the client.
+type Options struct {
+	Key p9net.Key // the shared key of the server; nil: no authentication
+	// Timeout bounds every request: one without a reply after it fails
+	// with EIO, and its connection is closed and dialled again; a request
+	// made while disconnected waits that long for a new connection. 0
+	// means 30 seconds.
+	Timeout time.Duration
+	Msize   uint32 // largest message; 0 means 1 MiB (the server may lower it)
+	Logger  *slog.Logger
+}
+
+const (
+	defaultTimeout = 30 * time.Second
+	defaultMsize   = 1 << 20
+	backoffMin     = 100 * time.Millisecond
+	backoffMax     = 5 * time.Second
+)
+
+// FS is a client of one remote tree.
+type FS struct {
+	st       *stack.Stack
+	dial     func(ctx context.Context) (net.Conn, error)
+	aname    string
+	timeout  time.Duration
+	msize    uint32
+	log      *slog.Logger
+	clientID string // names this client's locks on the server
+
+	mu      sync.Mutex
+	cur     *conn         // nil while disconnected
+	ready   chan struct{} // closed when cur is set again
+	dialing bool
+	closed  bool
+
+	tree sync.Mutex // every node's parent, name and children
+
+	procMu   sync.Mutex
+	procs    map[uint64]uint32 // lock owner → Tlock proc_id
+	nextProc uint32
+
+	noGetlock  atomic.Bool // the server answered Tgetlock with an error
+	noRenameat atomic.Bool // the server lacks Trenameat
+	noUnlinkat atomic.Bool // the server lacks Tunlinkat
+}
+
+// New dials r, attaches, and returns the root of the remote tree as the
+// bottom of st. The root also has Close, which ends the client.
+func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (layer.Node, error) {
+	return newFS(ctx, st, func(ctx context.Context) (net.Conn, error) {
+		return p9net.Dial(ctx, r.Addr, opts.Key)
+	}, r.Aname, opts)
+}
+
+func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), aname string, opts Options) (*node, error) {
+	fs := &FS{st: st, dial: dial, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
+		procs: map[uint64]uint32{}, ready: make(chan struct{})}
+	if fs.timeout <= 0 {
+		fs.timeout = defaultTimeout
+	}
+	if fs.msize == 0 {
+		fs.msize = defaultMsize
+	}
+	if fs.log == nil {
+		fs.log = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	fs.clientID = fmt.Sprintf("shale:%s:%d:%d", host, os.Getpid(), time.Now().UnixNano())
+	c, err := fs.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fs.cur = c
+	close(fs.ready)
+	id := identOf(ctx)
+	rfid, err := c.root(id.uid)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("9p attach %q: %w", aname, err)
+	}
+	ra, err := c.getattr(rfid)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("9p getattr of the root: %w", err)
+	}
+	root := &node{fs: fs, tok: ra.token(), isRoot: true, fids: map[uint32]*nodeFid{}}
+	return root, nil
+}
+
+// connect dials and negotiates a connection.
+func (fs *FS) connect(ctx context.Context) (*conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, fs.timeout)
+	defer cancel()
+	nc, err := fs.dial(dctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.log, fs.lost)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// lost is called when c fails: the client dials again in the background.
+func (fs *FS) lost(c *conn) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.cur != c {
+		return
+	}
+	fs.cur = nil
+	fs.ready = make(chan struct{})
+	if !fs.closed && !fs.dialing {
+		fs.dialing = true
+		go fs.redial()
+	}
+}
+
+// redial dials until it has a connection or the client is closed.
+func (fs *FS) redial() {
+	wait := backoffMin
+	for {
+		fs.mu.Lock()
+		closed := fs.closed
+		fs.mu.Unlock()
+		if closed {
+			return
+		}
+		c, err := fs.connect(context.Background())
+		if err == nil {
+			fs.mu.Lock()
+			fs.dialing = false
+			if fs.closed {
+				fs.mu.Unlock()
+				c.close()
+				return
+			}
+			fs.cur = c
+			close(fs.ready)
+			fs.mu.Unlock()
+			fs.log.Info("9p connection restored")
+			return
+		}
+		fs.log.Debug("9p redial", "err", err, "next", wait)
+		time.Sleep(wait)
+		wait = min(2*wait, backoffMax)
+	}
+}
+
+// conn returns the live connection, waiting up to the timeout for one.
+func (fs *FS) conn(ctx context.Context) (*conn, layer.Errno) {
+	var timer *time.Timer
+	for {
+		fs.mu.Lock()
+		c, ready, closed := fs.cur, fs.ready, fs.closed
+		fs.mu.Unlock()
+		if closed {
+			return nil, syscall.EIO
+		}
+		if c != nil && c.alive() {
+			return c, 0
+		}
+		if c != nil {
+			// It failed and is about to report it (fail calls lost).
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(fs.timeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-ready:
+		case <-timer.C:
+			return nil, syscall.EIO
+		case <-ctx.Done():
+			return nil, syscall.EINTR
+		}
+	}
+}
+
+// Close ends the client: its connection, and every request after.
+func (fs *FS) Close() error {
+	fs.mu.Lock()
+	fs.closed = true
+	c := fs.cur
+	fs.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+	return nil
+}
+
+// ident is who a request runs as.
+type ident struct{ uid, gid, umask uint32 }
+
+func identOf(ctx context.Context) ident {
+	if c, ok := layer.CallerOf(ctx); ok {
+		return ident{c.Uid, c.Gid, c.Umask}
+	}
+	return ident{uint32(os.Geteuid()), uint32(os.Getegid()), 0}
+}
+
+// proc is the Tlock proc_id of a lock owner: owners are 64-bit, proc_id
+// 32, so they are numbered rather than truncated, which could make two
+// owners one on the server.
+func (fs *FS) proc(owner uint64) uint32 {
+	fs.procMu.Lock()
+	defer fs.procMu.Unlock()
+	p, ok := fs.procs[owner]
+	if !ok {
+		fs.nextProc++
+		if fs.nextProc == 0 {
+			fs.nextProc = 1
+		}
+		p = fs.nextProc
+		fs.procs[owner] = p
+	}
+	return p
+}
+
+// raise tells subscribers that tok changed, on behalf of ctx's view.
+func (fs *FS) raise(ctx context.Context, kind layer.EventKind, tok layer.Token, name string) {
+	fs.raiseRange(ctx, kind, tok, name, 0, 0)
+}
+
+func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.Token, name string, off, n int64) {
+	if !fs.st.Events().Active() {
+		return
+	}
+	c, _ := layer.CallerOf(ctx)
+	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View, Off: off, Len: n})
+}
+
+// OptionsFromQuery reads a 9p:// URL's client options: keyfile=PATH,
+// timeout=DURATION, msize=BYTES.
+func OptionsFromQuery(q url.Values) (Options, error) {
+	var o Options
+	for k, v := range q {
+		val := v[len(v)-1]
+		switch k {
+		case "keyfile":
+			key, err := p9net.LoadKey(val)
+			if err != nil {
+				return o, err
+			}
+			o.Key = key
+		case "timeout":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return o, fmt.Errorf("timeout=%s: want a positive duration such as 30s", val)
+			}
+			o.Timeout = d
+		case "msize":
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil || n < 8192 {
+				return o, fmt.Errorf("msize=%s: want a number of bytes, at least 8192", val)
+			}
+			o.Msize = uint32(n)
+		default:
+			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout and msize", k)
+		}
+	}
+	return o, nil
+}
+
+// A 9p://... lower is a remote tree.
+func init() {
+	stack.RegisterBackend(stack.Backend{Scheme: "9p", Open: func(st *stack.Stack, lower string) (layer.Node, error) {
+		r, ok, err := p9net.ParseRemote(lower)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errors.New(lower + ": not a 9p:// URL")
+		}
+		opts, err := OptionsFromQuery(r.Query)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lower, err)
+		}
+		opts.Logger = slog.Default()
+		return New(context.Background(), st, r, opts)
+	}})
+}
