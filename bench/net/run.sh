@@ -18,14 +18,16 @@
 #   -t SECS     a step that runs longer is stopped and reported as
 #               "timeout >SECS s" (default 300)
 #   -T TREE     the source tree the metadata workloads copy (default
-#               /usr/local/go/src/net: small enough for 50 ms)
+#               /usr/local/go/src/net/http, 129 entries: small enough for
+#               50 ms)
 #   -b MIB      sequential file size in MiB (default 1024)
 #
 # Every row copies the same tree, so that the ratios compare like with
 # like; the default is a subtree of Go's sources because a metadata step
-# costs round trips per file: the whole of /usr/local/go/src (12,800
-# entries) would take about an hour per step at 50 ms. A step still too
-# slow is stopped at -t; if that was cp -a or the sequential write, the
+# costs round trips per file (cp -a about 16, find about 3): the whole of
+# /usr/local/go/src (12,800 entries) would take from half an hour to three
+# hours per step at 50 ms. A step still too slow is stopped at -t (at
+# 50 ms, diod's 1 GiB steps: some 18,000 requests of 64 KiB); if that was cp -a or the sequential write, the
 # tree or file is completed in LOWER directly (both servers see it) so the
 # steps after it have their input.
 #
@@ -40,7 +42,7 @@ export LC_ALL=C
 
 runs=3 out="" work=/var/tmp/shale-netbench steptimeout=300
 rows=loop,serve-0ms,serve-10ms,serve-50ms,diod-0ms,diod-10ms,diod-50ms
-SRC=/usr/local/go/src/net BIGMB=1024
+SRC=/usr/local/go/src/net/http BIGMB=1024
 while getopts "n:o:d:s:t:T:b:h" opt; do
 	case $opt in
 	n) runs=$OPTARG ;;
@@ -50,7 +52,7 @@ while getopts "n:o:d:s:t:T:b:h" opt; do
 	t) steptimeout=$OPTARG ;;
 	T) SRC=$OPTARG ;;
 	b) BIGMB=$OPTARG ;;
-	*) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	*) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 for v in runs steptimeout BIGMB; do
@@ -204,7 +206,7 @@ step() {
 	case $rc in
 	0) v=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }') unit=s ;;
 	124 | 137) v=timeout ;;
-	*) v=failed ;;
+	*) v=failed unit=" (exit $rc)" ;;
 	esac
 	[ "$q0" = - ] || q1=$((q1 - q0))
 	printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$r" "$w" "$v" "$q1" >>"$results"
