@@ -89,7 +89,7 @@ func TestCLIInit(t *testing.T) {
 	lower := filepath.Join(t.TempDir(), "lower")
 	code, out := shale(t, "", "init", "--layer", "crypt", cheap, "--passfile", passfile(t, "first line\r\nsecond line\n"), lower)
 	wantOK(t, code, out)
-	if _, err := Open(lower, []byte("first line")); err != nil {
+	if _, err := Open(ctx, lowerOf(t, lower), lower, []byte("first line")); err != nil {
 		t.Fatalf("open with the passfile's first line: %v", err)
 	}
 	code, out = shale(t, "x\n", "init", "--layer", "crypt", cheap, lower)
@@ -99,7 +99,7 @@ func TestCLIInit(t *testing.T) {
 	piped := t.TempDir()
 	code, out = shale(t, "from stdin\n", "init", "--layer", "crypt", cheap, piped)
 	wantOK(t, code, out)
-	if _, err := Open(piped, []byte("from stdin")); err != nil {
+	if _, err := Open(ctx, lowerOf(t, piped), piped, []byte("from stdin")); err != nil {
 		t.Fatalf("open with the piped passphrase: %v", err)
 	}
 
@@ -128,7 +128,7 @@ func TestCLIPasswd(t *testing.T) {
 	lower := t.TempDir()
 	code, out := shale(t, "old\n", "init", "--layer", "crypt", cheap, lower)
 	wantOK(t, code, out)
-	before, err := Open(lower, []byte("old"))
+	before, err := Open(ctx, lowerOf(t, lower), lower, []byte("old"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +152,11 @@ func TestCLIPasswd(t *testing.T) {
 	wantOK(t, code, out)
 
 	for _, p := range []string{"old", "new", "newer"} {
-		if _, err := Open(lower, []byte(p)); err == nil {
+		if _, err := Open(ctx, lowerOf(t, lower), lower, []byte(p)); err == nil {
 			t.Errorf("the replaced passphrase %q still opens", p)
 		}
 	}
-	after, err := Open(lower, []byte("newest"))
+	after, err := Open(ctx, lowerOf(t, lower), lower, []byte("newest"))
 	if err != nil {
 		t.Fatal(err)
 	}

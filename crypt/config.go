@@ -2,6 +2,7 @@ package crypt
 
 import (
 	"bytes"
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -12,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/crypto/scrypt"
+
+	"github.com/shalefs/shale/layer"
 )
 
 // ConfigName is the file in LOWER that holds the wrapped master key.
@@ -79,11 +82,14 @@ type Options struct {
 	Force bool
 }
 
-// Init makes lower (created if missing) a crypt directory: a new random
-// master key, wrapped under pass, written to lower/shale.conf. It refuses
-// a directory that is already one, and one that is not empty unless
-// opts.Force.
-func Init(lower string, pass []byte, opts Options) error {
+// The functions below take LOWER as the root of its backend (lower), so
+// that a remote LOWER keeps its config too, and its name as given by the
+// user (a directory or a URL), for messages.
+
+// Init makes lower a crypt directory: a new random master key, wrapped
+// under pass, written to lower/shale.conf. It refuses a directory that is
+// already one, and one that is not empty unless opts.Force.
+func Init(ctx context.Context, lower layer.Node, name string, pass []byte, opts Options) error {
 	logN := opts.ScryptLogN
 	if logN == 0 {
 		logN = DefaultScryptLogN
@@ -94,19 +100,18 @@ func Init(lower string, pass []byte, opts Options) error {
 	if len(pass) == 0 {
 		return errors.New("empty passphrase: choose a passphrase of at least one character")
 	}
-	if err := os.Mkdir(lower, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create %s: %w", lower, err)
+	path := lowerPath(name, ConfigName)
+	var a layer.Attr
+	if n, e := lower.Lookup(ctx, ConfigName, &a); e == 0 {
+		n.Forget()
+		return fmt.Errorf("%s exists: %s is %w; change its passphrase with 'shale passwd %s'", path, name, ErrInitialised, name)
 	}
-	path := filepath.Join(lower, ConfigName)
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("%s exists: %s is %w; change its passphrase with 'shale passwd %s'", path, lower, ErrInitialised, lower)
-	}
-	entries, err := os.ReadDir(lower)
+	entries, err := layer.ReadDirNames(ctx, lower)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", lower, err)
+		return fmt.Errorf("read %s: %w", name, inLower(name, err))
 	}
 	if len(entries) > 0 && !opts.Force {
-		return fmt.Errorf("%s is %w: initialise an empty directory, or pass --force to keep the files there (they stay unencrypted and hidden)", lower, ErrNotEmpty)
+		return fmt.Errorf("%s is %w: initialise an empty directory, or pass --force to keep the files there (they stay unencrypted and hidden)", name, ErrNotEmpty)
 	}
 	master := make([]byte, masterKeySize)
 	rand.Read(master) // never fails (crypto/rand panics on a broken kernel)
@@ -119,13 +124,13 @@ func Init(lower string, pass []byte, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return writeConfig(lower, c, false)
+	return writeConfig(ctx, lower, name, c, false)
 }
 
 // Open reads lower/shale.conf, unwraps the master key with pass and
 // returns the layer keyed from it.
-func Open(lower string, pass []byte) (*Layer, error) {
-	c, path, err := readConfig(lower)
+func Open(ctx context.Context, lower layer.Node, name string, pass []byte) (*Layer, error) {
+	c, path, err := readConfig(ctx, lower, name)
 	if err != nil {
 		return nil, err
 	}
@@ -139,19 +144,19 @@ func Open(lower string, pass []byte) (*Layer, error) {
 
 // Check tells whether lower is a crypt directory with a sound config,
 // without a passphrase.
-func Check(lower string) error {
-	_, _, err := readConfig(lower)
+func Check(ctx context.Context, lower layer.Node, name string) error {
+	_, _, err := readConfig(ctx, lower, name)
 	return err
 }
 
 // ChangePassphrase rewraps the master key of lower under newPass. The
 // files are untouched: only shale.conf changes, atomically (a new file,
 // synced, renamed over the old one).
-func ChangePassphrase(lower string, oldPass, newPass []byte) error {
+func ChangePassphrase(ctx context.Context, lower layer.Node, name string, oldPass, newPass []byte) error {
 	if len(newPass) == 0 {
 		return errors.New("empty new passphrase: choose a passphrase of at least one character")
 	}
-	c, path, err := readConfig(lower)
+	c, path, err := readConfig(ctx, lower, name)
 	if err != nil {
 		return err
 	}
@@ -169,7 +174,7 @@ func ChangePassphrase(lower string, oldPass, newPass []byte) error {
 	if err != nil {
 		return err
 	}
-	return writeConfig(lower, nc, true)
+	return writeConfig(ctx, lower, name, nc, true)
 }
 
 // wrapMasterKey seals master under the key scrypt derives from pass.
@@ -255,14 +260,14 @@ func (c *config) validate() error {
 }
 
 // readConfig reads and vets lower/shale.conf and returns it with its path.
-func readConfig(lower string) (*config, string, error) {
-	path := filepath.Join(lower, ConfigName)
-	data, err := os.ReadFile(path)
+func readConfig(ctx context.Context, lower layer.Node, name string) (*config, string, error) {
+	path := lowerPath(name, ConfigName)
+	data, err := layer.ReadFile(ctx, lower, ConfigName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, path, fmt.Errorf("%s is %w: %s is missing; make one with 'shale init --layer crypt %s'", lower, ErrNoConfig, path, lower)
+		return nil, path, fmt.Errorf("%s is %w: %s is missing; make one with 'shale init --layer crypt %s'", name, ErrNoConfig, path, name)
 	}
 	if err != nil {
-		return nil, path, fmt.Errorf("read config: %w", err)
+		return nil, path, fmt.Errorf("read config: %w", inLower(name, err))
 	}
 	var c config
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -271,53 +276,48 @@ func readConfig(lower string) (*config, string, error) {
 		err = c.validate()
 	}
 	if err != nil {
-		return nil, path, fmt.Errorf("%s is %w (%v): restore it from a backup; without it the files in %s cannot be read", path, ErrDamaged, err, lower)
+		return nil, path, fmt.Errorf("%s is %w (%v): restore it from a backup; without it the files in %s cannot be read", path, ErrDamaged, err, name)
 	}
 	return &c, path, nil
 }
 
-// writeConfig writes c to lower/shale.conf atomically: a temporary file,
-// synced, then linked (a new config: fails if one appeared meanwhile) or
-// renamed (a replacement) into place, and the directory synced.
-func writeConfig(lower string, c *config, replace bool) error {
+// writeConfig writes c to lower/shale.conf atomically (layer.WriteFileAtomic):
+// linked into place for a new config, which fails if one appeared
+// meanwhile, or renamed over the old one for a replacement.
+func writeConfig(ctx context.Context, lower layer.Node, name string, c *config, replace bool) error {
 	data, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
 	data = append(data, '\n')
-	path := filepath.Join(lower, ConfigName)
-	// A leading '.' keeps a leftover temporary file out of the view.
-	f, err := os.CreateTemp(lower, "."+ConfigName+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	err = layer.WriteFileAtomic(ctx, lower, ConfigName, data, 0o600, replace)
+	if !replace && errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s appeared while writing it: %s is %w", lowerPath(name, ConfigName), name, ErrInitialised)
 	}
 	if err != nil {
-		return fmt.Errorf("write config %s: %w", tmp, err)
-	}
-	if replace {
-		err = os.Rename(tmp, path)
-	} else if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s appeared while writing it: %s is %w", path, lower, ErrInitialised)
-	}
-	if err != nil {
-		return fmt.Errorf("write config %s: %w", path, err)
-	}
-	d, err := os.Open(lower)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", lower, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", lower, err)
+		return fmt.Errorf("write config: %w", inLower(name, err))
 	}
 	return nil
+}
+
+// lowerPath names file in LOWER, called name, for messages: a host path,
+// or "file in URL" for a remote LOWER, whose URL may end in a query.
+func lowerPath(name, file string) string {
+	switch {
+	case !strings.Contains(name, "://"):
+		return filepath.Join(name, file)
+	case file == ".":
+		return name
+	}
+	return file + " in " + name
+}
+
+// inLower makes err, from a layer file helper, name its file by lowerPath,
+// as os's errors named host paths.
+func inLower(name string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		pe.Path = lowerPath(name, pe.Path)
+	}
+	return err
 }

@@ -8,15 +8,31 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 // testLogN keeps scrypt to about a millisecond in tests.
 const testLogN = 10
 
+// lowerOf is the root of the host directory dir, as the commands open a
+// LOWER, until the test ends.
+func lowerOf(t *testing.T, dir string) layer.Node {
+	t.Helper()
+	root, err := hostfs.New(stack.New(stack.Options{}), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(root.Forget)
+	return root
+}
+
 func initDir(t *testing.T, pass string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := Init(dir, []byte(pass), Options{ScryptLogN: testLogN}); err != nil {
+	if err := Init(ctx, lowerOf(t, dir), dir, []byte(pass), Options{ScryptLogN: testLogN}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -33,29 +49,29 @@ func sameKeys(a, b *Layer) bool {
 
 func TestInitOpenChange(t *testing.T) {
 	dir := initDir(t, "correct horse")
-	l1, err := Open(dir, []byte("correct horse"))
+	l1, err := Open(ctx, lowerOf(t, dir), dir, []byte("correct horse"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(dir, []byte("wrong horse"))
+	_, err = Open(ctx, lowerOf(t, dir), dir, []byte("wrong horse"))
 	if !errors.Is(err, ErrWrongPassphrase) || err.Error() != "wrong passphrase for "+filepath.Join(dir, ConfigName) {
 		t.Errorf("wrong passphrase: %v", err)
 	}
-	if err := ChangePassphrase(dir, []byte("wrong horse"), []byte("new")); !errors.Is(err, ErrWrongPassphrase) {
+	if err := ChangePassphrase(ctx, lowerOf(t, dir), dir, []byte("wrong horse"), []byte("new")); !errors.Is(err, ErrWrongPassphrase) {
 		t.Errorf("ChangePassphrase with a wrong one: %v", err)
 	}
 	before, _ := os.ReadFile(filepath.Join(dir, ConfigName))
-	if err := ChangePassphrase(dir, []byte("correct horse"), []byte("battery staple")); err != nil {
+	if err := ChangePassphrase(ctx, lowerOf(t, dir), dir, []byte("correct horse"), []byte("battery staple")); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(filepath.Join(dir, ConfigName))
 	if bytes.Equal(before, after) {
 		t.Fatal("the config did not change")
 	}
-	if _, err := Open(dir, []byte("correct horse")); !errors.Is(err, ErrWrongPassphrase) {
+	if _, err := Open(ctx, lowerOf(t, dir), dir, []byte("correct horse")); !errors.Is(err, ErrWrongPassphrase) {
 		t.Errorf("the old passphrase still opens: %v", err)
 	}
-	l2, err := Open(dir, []byte("battery staple"))
+	l2, err := Open(ctx, lowerOf(t, dir), dir, []byte("battery staple"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +86,8 @@ func TestInitOpenChange(t *testing.T) {
 		t.Errorf("%s has mode %v, want 0600", ConfigName, st.Mode())
 	}
 	// Two directories never share a master key.
-	l3, _ := Open(initDir(t, "correct horse"), []byte("correct horse"))
+	other := initDir(t, "correct horse")
+	l3, _ := Open(ctx, lowerOf(t, other), other, []byte("correct horse"))
 	if sameKeys(l1, l3) {
 		t.Error("two inits gave one master key")
 	}
@@ -78,28 +95,27 @@ func TestInitOpenChange(t *testing.T) {
 
 func TestInitRefusals(t *testing.T) {
 	dir := initDir(t, "p")
-	if err := Init(dir, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrInitialised) {
+	if err := Init(ctx, lowerOf(t, dir), dir, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrInitialised) {
 		t.Errorf("second init: %v", err)
 	}
 	full := t.TempDir()
 	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
-	if err := Init(full, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrNotEmpty) {
+	if err := Init(ctx, lowerOf(t, full), full, []byte("p"), Options{ScryptLogN: testLogN}); !errors.Is(err, ErrNotEmpty) {
 		t.Errorf("init of a non-empty directory: %v", err)
 	}
-	if err := Init(full, []byte("p"), Options{ScryptLogN: testLogN, Force: true}); err != nil {
+	if err := Init(ctx, lowerOf(t, full), full, []byte("p"), Options{ScryptLogN: testLogN, Force: true}); err != nil {
 		t.Errorf("forced init of a non-empty directory: %v", err)
 	}
-	if err := Init(t.TempDir(), nil, Options{ScryptLogN: testLogN}); err == nil {
+	empty := t.TempDir()
+	if err := Init(ctx, lowerOf(t, empty), empty, nil, Options{ScryptLogN: testLogN}); err == nil {
 		t.Error("init with an empty passphrase")
 	}
-	if err := Init(t.TempDir(), []byte("p"), Options{ScryptLogN: 40}); err == nil {
+	if err := Init(ctx, lowerOf(t, empty), empty, []byte("p"), Options{ScryptLogN: 40}); err == nil {
 		t.Error("init with scrypt log N 40")
 	}
-	missing := filepath.Join(t.TempDir(), "new")
-	if err := Init(missing, []byte("p"), Options{ScryptLogN: testLogN}); err != nil {
-		t.Errorf("init of a missing directory: %v", err)
-	}
-	if _, err := Open(t.TempDir(), []byte("p")); !errors.Is(err, ErrNoConfig) {
+	// A missing directory is created by shale init, before any backend can
+	// open it: TestCLIInit.
+	if _, err := Open(ctx, lowerOf(t, empty), empty, []byte("p")); !errors.Is(err, ErrNoConfig) {
 		t.Errorf("open of a plain directory: %v", err)
 	}
 }
@@ -120,7 +136,7 @@ func TestConfigTamper(t *testing.T) {
 		f(&c)
 		data, _ := json.Marshal(&c)
 		os.WriteFile(path, data, 0o600)
-		if _, err := Open(dir, []byte("p")); !errors.Is(err, want) {
+		if _, err := Open(ctx, lowerOf(t, dir), dir, []byte("p")); !errors.Is(err, want) {
 			t.Errorf("%s: Open = %v, want %v", name, err, want)
 		}
 	}
@@ -141,12 +157,12 @@ func TestConfigTamper(t *testing.T) {
 	mutate("short wrapped key", func(c *config) { c.WrappedKey = c.WrappedKey[:40]; resum(c) }, ErrDamaged)
 	for _, data := range []string{"", "{", "null", "[]", `{"format":"shale-crypt"}`, strings.Replace(string(orig), "{", `{"extra":1,`, 1), string(orig[:len(orig)/2])} {
 		os.WriteFile(path, []byte(data), 0o600)
-		if _, err := Open(dir, []byte("p")); !errors.Is(err, ErrDamaged) {
+		if _, err := Open(ctx, lowerOf(t, dir), dir, []byte("p")); !errors.Is(err, ErrDamaged) {
 			t.Errorf("config %.40q: Open = %v, want damaged", data, err)
 		}
 	}
 	os.WriteFile(path, orig, 0o600)
-	if _, err := Open(dir, []byte("p")); err != nil {
+	if _, err := Open(ctx, lowerOf(t, dir), dir, []byte("p")); err != nil {
 		t.Errorf("restored config: %v", err)
 	}
 }

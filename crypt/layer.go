@@ -44,19 +44,30 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			if _, err := Open(p.Dir, pass); err != nil {
+			if _, err := openLower(context.Background(), p.Dir, pass); err != nil {
 				return nil, err
 			}
 			return pass, nil
 		},
 		Open: func(ctx context.Context, st *stack.Stack, lower layer.Node, dir string, sl stack.Layer) (layer.Node, error) {
-			l, err := Open(dir, sl.Secret)
+			l, err := openLower(ctx, dir, sl.Secret)
 			if err != nil {
 				return nil, err
 			}
 			return l.Stack(ctx, st, lower)
 		},
 	})
+}
+
+// openLower is Open of LOWER, called dir, through a root of its own: the
+// config is at the bottom of the stack, where a layer between it and crypt
+// would hide or rename it.
+func openLower(ctx context.Context, dir string, pass []byte) (l *Layer, err error) {
+	err = stack.UseLower(dir, func(root layer.Node) error {
+		l, err = Open(ctx, root, dir, pass)
+		return err
+	})
+	return l, err
 }
 
 // masterKeySize is the size of the random master key kept in shale.conf.

@@ -32,13 +32,14 @@ type tstack struct {
 func newStack(t *testing.T) *tstack {
 	t.Helper()
 	lower := initDir(t, "p")
-	l, err := Open(lower, []byte("p"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := stack.New(stack.Options{})
 	hroot, err := hostfs.New(st, lower)
 	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(ctx, hroot, lower, []byte("p"))
+	if err != nil {
+		hroot.Forget()
 		t.Fatal(err)
 	}
 	root, err := l.Stack(ctx, st, hroot)

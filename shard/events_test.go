@@ -190,14 +190,15 @@ func TestNamesAboveShard(t *testing.T) {
 // name in an event from a bucket decodes only with that bucket.
 func TestNamesBelowShard(t *testing.T) {
 	lower := t.TempDir()
-	if err := crypt.Init(lower, []byte("p"), crypt.Options{ScryptLogN: 10}); err != nil {
+	hroot := hostfsOn(t, lower)
+	if err := crypt.Init(ctx, hroot, lower, []byte("p"), crypt.Options{ScryptLogN: 10}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := crypt.Open(lower, []byte("p"))
+	l, err := crypt.Open(ctx, hroot, lower, []byte("p"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	croot, err := l.Stack(ctx, testStack, hostfsOn(t, lower))
+	croot, err := l.Stack(ctx, testStack, hroot)
 	if err != nil {
 		t.Fatal(err)
 	}

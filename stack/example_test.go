@@ -21,15 +21,16 @@ func Example() {
 	defer os.RemoveAll(lower)
 	defer os.Remove(mnt)
 	pass := []byte("correct horse battery staple")
-	if err := crypt.Init(lower, pass, crypt.Options{ScryptLogN: 10}); err != nil { // once, as shale init does
+	ctx := context.Background()
+	st := stack.New(stack.Options{})
+	dir, _ := hostfs.New(st, lower)
+	if err := crypt.Init(ctx, dir, lower, pass, crypt.Options{ScryptLogN: 10}); err != nil { // once, as shale init does
 		fmt.Println(err)
 		return
 	}
 
-	st := stack.New(stack.Options{})
-	dir, _ := hostfs.New(st, lower)
-	c, _ := crypt.Open(lower, pass)
-	vault, _ := c.Stack(context.Background(), st, dir)
+	c, _ := crypt.Open(ctx, dir, lower, pass)
+	vault, _ := c.Stack(ctx, st, dir)
 	srv, err := fuseview.Mount(mnt, st, vault, fuseview.Options{Coherent: true})
 	if err != nil {
 		fmt.Println(err)

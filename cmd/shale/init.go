@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shalefs/shale/crypt"
+	"github.com/shalefs/shale/layer"
+	_ "github.com/shalefs/shale/remote" // 9p:// LOWERs, for this and every command
+	"github.com/shalefs/shale/stack"
 )
 
 func init() {
@@ -22,8 +30,8 @@ can be read, whatever the passphrase.
 
 The passphrase is asked twice on the terminal, or read from the first line of
 --passfile F, or from the first line of standard input when that is not a
-terminal. LOWER is created if missing; it must be empty unless --force.
-See docs/crypt-format.md.`,
+terminal. LOWER is a directory, created if missing, or 9p://HOST:PORT/ANAME
+of a 9P server; it must be empty unless --force. See docs/crypt-format.md.`,
 		Args: argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
 			lower := args[0]
@@ -39,7 +47,16 @@ See docs/crypt-format.md.`,
 				return err
 			}
 			defer clear(pass)
-			return crypt.Init(lower, pass, crypt.Options{ScryptLogN: logN, Force: force})
+			// Only a local LOWER can be made here; a remote one is the
+			// server's to make.
+			if !strings.Contains(lower, "://") {
+				if err := os.Mkdir(lower, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+					return fmt.Errorf("create %s: %w", lower, err)
+				}
+			}
+			return stack.UseLower(lower, func(root layer.Node) error {
+				return crypt.Init(context.Background(), root, lower, pass, crypt.Options{ScryptLogN: logN, Force: force})
+			})
 		},
 	}
 	cmd.Flags().StringVar(&layerName, "layer", "", "the layer to prepare LOWER for: crypt")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shalefs/shale/crypt"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/stack"
 )
 
 func init() {
@@ -21,7 +24,7 @@ func init() {
 		Short: "change the passphrase of the crypt directory LOWER",
 		Long: `passwd rewraps the master key in LOWER/shale.conf under a new passphrase.
 The files in LOWER do not change, and the old shale.conf is replaced
-atomically.
+atomically. LOWER is a directory or 9p://HOST:PORT/ANAME of a 9P server.
 
 The current passphrase comes from the terminal, --passfile F (its first line)
 or standard input when that is not a terminal; the new one from the terminal
@@ -31,25 +34,28 @@ or standard input when that is not a terminal; the new one from the terminal
 		Args: argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
 			lower := args[0]
-			// Say that LOWER is no crypt directory before asking anything.
-			if err := crypt.Check(lower); err != nil {
-				return err
-			}
-			old, err := passphraseFrom(passfile, "current passphrase for "+lower)
-			if err != nil {
-				return err
-			}
-			defer clear(old)
-			// Check the old passphrase before asking for a new one.
-			if _, err := crypt.Open(lower, old); err != nil {
-				return err
-			}
-			pass, err := newPassphraseFrom(newPassfile, "new passphrase for "+lower)
-			if err != nil {
-				return err
-			}
-			defer clear(pass)
-			return crypt.ChangePassphrase(lower, old, pass)
+			ctx := context.Background()
+			return stack.UseLower(lower, func(root layer.Node) error {
+				// Say that LOWER is no crypt directory before asking anything.
+				if err := crypt.Check(ctx, root, lower); err != nil {
+					return err
+				}
+				old, err := passphraseFrom(passfile, "current passphrase for "+lower)
+				if err != nil {
+					return err
+				}
+				defer clear(old)
+				// Check the old passphrase before asking for a new one.
+				if _, err := crypt.Open(ctx, root, lower, old); err != nil {
+					return err
+				}
+				pass, err := newPassphraseFrom(newPassfile, "new passphrase for "+lower)
+				if err != nil {
+					return err
+				}
+				defer clear(pass)
+				return crypt.ChangePassphrase(ctx, root, lower, old, pass)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&passfile, "passfile", "", "read the current passphrase from the first line of this file")
