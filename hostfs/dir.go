@@ -16,17 +16,22 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 		return nil, e
 	}
 	defer n.done()
-	fd, err := unix.Open(procPath(nfd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	var fd int
+	err := n.fs.checked(ctx, func() (err error) {
+		fd, err = unix.Open(procPath(nfd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return nil, errno(err)
 	}
-	return &dir{fd: fd, buf: make([]byte, 32<<10)}, 0
+	return &dir{fs: n.fs, fd: fd, buf: make([]byte, 32<<10)}, 0
 }
 
 // dir reads a host directory with getdents64. Offsets are the host file
 // system's d_off cookies, which ext4, xfs and btrfs keep stable while the
 // directory changes.
 type dir struct {
+	fs       *FS // to read as the caller under Check
 	fd       int
 	buf      []byte
 	pos, end int
@@ -34,7 +39,11 @@ type dir struct {
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 	if d.pos >= d.end {
-		k, err := unix.Getdents(d.fd, d.buf)
+		var k int
+		err := d.fs.checked(ctx, func() (err error) {
+			k, err = unix.Getdents(d.fd, d.buf)
+			return err
+		})
 		if err != nil {
 			return layer.DirEntry{}, false, errno(err)
 		}
@@ -61,12 +70,14 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.pos, d.end = 0, 0
-	_, err := unix.Seek(d.fd, int64(off), 0)
-	return errno(err)
+	return errno(d.fs.checked(ctx, func() error {
+		_, err := unix.Seek(d.fd, int64(off), 0)
+		return err
+	}))
 }
 
 func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
-	return errno(unix.Fsync(d.fd))
+	return errno(d.fs.checked(ctx, func() error { return unix.Fsync(d.fd) }))
 }
 
 func (d *dir) Close() { unix.Close(d.fd) }

@@ -30,8 +30,16 @@ func (n *node) newFile(fd int) *file { return &file{fd: fd, tok: n.token, fs: n.
 
 func (f *file) PassthroughFd() (int, bool) { return f.fd, true }
 
+// Handle operations run as the caller too under Check: some take the
+// credentials of the moment (a write clears setuid unless CAP_FSETID;
+// network file systems check every read and write).
+
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
-	k, err := unix.Pread(f.fd, dest, off)
+	var k int
+	err := f.fs.checked(ctx, func() (err error) {
+		k, err = unix.Pread(f.fd, dest, off)
+		return err
+	})
 	if err != nil {
 		return 0, errno(err)
 	}
@@ -39,7 +47,11 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Err
 }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
-	k, err := unix.Pwrite(f.fd, data, off)
+	var k int
+	err := f.fs.checked(ctx, func() (err error) {
+		k, err = unix.Pwrite(f.fd, data, off)
+		return err
+	})
 	if err != nil {
 		return 0, errno(err)
 	}
@@ -64,10 +76,12 @@ func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
 }
 
 func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
-	if datasync {
-		return errno(unix.Fdatasync(f.fd))
-	}
-	return errno(unix.Fsync(f.fd))
+	return errno(f.fs.checked(ctx, func() error {
+		if datasync {
+			return unix.Fdatasync(f.fd)
+		}
+		return unix.Fsync(f.fd)
+	}))
 }
 
 func (f *file) Release(ctx context.Context) layer.Errno {
@@ -85,7 +99,7 @@ func (f *file) Release(ctx context.Context) layer.Errno {
 }
 
 func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
-	if err := unix.Fallocate(f.fd, mode, off, size); err != nil {
+	if err := f.fs.checked(ctx, func() error { return unix.Fallocate(f.fd, mode, off, size) }); err != nil {
 		return errno(err)
 	}
 	f.fs.raise(ctx, layer.Data, f.tok, "")
@@ -93,7 +107,11 @@ func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer
 }
 
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
-	o, err := unix.Seek(f.fd, off, whence)
+	var o int64
+	err := f.fs.checked(ctx, func() (err error) {
+		o, err = unix.Seek(f.fd, off, whence)
+		return err
+	})
 	return o, errno(err)
 }
 
@@ -102,7 +120,11 @@ func (f *file) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, d
 	if !ok {
 		return 0, syscall.EXDEV
 	}
-	k, err := unix.CopyFileRange(f.fd, &off, d.fd, &dstOff, n, int(flags))
+	var k int
+	err := f.fs.checked(ctx, func() (err error) {
+		k, err = unix.CopyFileRange(f.fd, &off, d.fd, &dstOff, n, int(flags))
+		return err
+	})
 	if err != nil {
 		return 0, errno(err)
 	}
@@ -118,6 +140,14 @@ func (f *file) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Er
 }
 
 func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
+	if !lk.Flock && lk.Type != syscall.F_UNLCK && checking(ctx) {
+		// The table never reaches the host, whose fcntl would refuse a
+		// POSIX lock the open file's mode does not allow; the kernel does
+		// that check for FUSE, nothing for Check frontends.
+		if e := f.lockable(lk.Type); e != 0 {
+			return e
+		}
+	}
 	e := f.fs.st.Locks().Set(ctx, f.tok, owner, lk, wait)
 	if e == 0 && lk.Type != syscall.F_UNLCK {
 		o := lockOwner{owner, lk.Flock}
@@ -128,4 +158,19 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait boo
 		f.mu.Unlock()
 	}
 	return e
+}
+
+// lockable tells whether the open file's access mode allows a POSIX lock
+// of type typ, as fcntl(2) requires: reading for F_RDLCK, writing for
+// F_WRLCK.
+func (f *file) lockable(typ uint32) layer.Errno {
+	fl, err := unix.FcntlInt(uintptr(f.fd), unix.F_GETFL, 0)
+	if err != nil {
+		return errno(err)
+	}
+	acc := fl & unix.O_ACCMODE
+	if typ == syscall.F_RDLCK && acc == unix.O_WRONLY || typ == syscall.F_WRLCK && acc == unix.O_RDONLY {
+		return syscall.EBADF
+	}
+	return 0
 }

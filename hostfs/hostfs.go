@@ -16,6 +16,17 @@
 // the group the lower file system would give them (setgid directories), so
 // creating operations run on a locked thread with the caller's fsuid and
 // fsgid. See creds.go.
+//
+// Check mode: a frontend that checks nothing itself (9P) sets Caller.Check,
+// and then every operation that touches the host, handle operations
+// included, runs on a locked thread with the caller's fsuid, fsgid and
+// groups and, unless the caller is root, no capabilities: the host kernel
+// checks it exactly as for a local program of that user (mode bits, ACLs,
+// sticky directories, chown rules, setuid cleared on write, O_NOATIME).
+// Shale's own bookkeeping (reopening evicted nodes, stats for events and
+// tokens, inotify) still runs as the process. A shale not running as root
+// cannot switch, and so serves in Check mode only its own user: any other
+// uid gets EACCES.
 package hostfs
 
 import (
@@ -37,7 +48,9 @@ import (
 type FS struct {
 	dir     string
 	rootDev uint64
-	asRoot  bool // we are root: create objects with the caller's fsuid/fsgid
+	asRoot  bool      // we are root: create objects with the caller's fsuid/fsgid
+	euid    uint32    // without asRoot, the only user Check callers may be
+	own     procCreds // the process's credentials, to restore threads to
 	fds     *fdCache
 	st      *stack.Stack                 // raises its events, keeps its locks
 	inotify atomic.Pointer[inotifyWatch] // while inotify watches (inotify.go)
@@ -83,7 +96,13 @@ func New(s *stack.Stack, dir string) (layer.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0, fds: newFdCache(fd), st: s}
+	fs := &FS{dir: dir, asRoot: os.Geteuid() == 0, euid: uint32(os.Geteuid()), fds: newFdCache(fd), st: s}
+	if fs.asRoot {
+		if fs.own, err = ownCreds(); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+	}
 	var st unix.Statx_t
 	if err := statx(fd, &st); err != nil {
 		unix.Close(fd)
@@ -178,23 +197,24 @@ func (n *node) Forget() {
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	if f, ok := h.(*file); ok {
-		return statxAttr(f.fd, out)
+		return errno(n.fs.checked(ctx, func() error { return statxAttr(f.fd, out) }))
 	}
 	fd, e := n.use()
 	if e != 0 {
 		return e
 	}
 	defer n.done()
-	return statxAttr(fd, out)
+	return errno(n.fs.checked(ctx, func() error { return statxAttr(fd, out) }))
 }
 
-func statxAttr(fd int, out *layer.Attr) layer.Errno {
+// statxAttr fills out from fd.
+func statxAttr(fd int, out *layer.Attr) error {
 	var st unix.Statx_t
 	if err := statx(fd, &st); err != nil {
-		return errno(err)
+		return err
 	}
 	out.FromStatx(&st)
-	return 0
+	return nil
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
@@ -203,9 +223,25 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		return e
 	}
 	defer n.done()
+	if err := n.fs.checked(ctx, func() error { return setattr(fd, h, in) }); err != nil {
+		return errno(err)
+	}
+	if f, ok := h.(*file); ok {
+		fd = f.fd
+	}
+	kind := layer.Attrs
+	if in.Valid&layer.SetSize != 0 {
+		kind = layer.Data
+	}
+	n.fs.raise(ctx, kind, n.token, "")
+	return errno(statxAttr(fd, out))
+}
+
+// setattr applies in to the node fd holds, or to its open file h.
+func setattr(fd int, h layer.Handle, in *layer.SetAttr) error {
 	if in.Valid&layer.SetMode != 0 {
 		if err := unix.Chmod(procPath(fd), in.Mode&07777); err != nil {
-			return errno(err)
+			return err
 		}
 	}
 	if in.Valid&(layer.SetUid|layer.SetGid) != 0 {
@@ -217,7 +253,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 			gid = int(in.Gid)
 		}
 		if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return errno(err)
+			return err
 		}
 	}
 	if in.Valid&layer.SetSize != 0 {
@@ -228,7 +264,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 			err = unix.Truncate(procPath(fd), int64(in.Size))
 		}
 		if err != nil {
-			return errno(err)
+			return err
 		}
 	}
 	if in.Valid&(layer.SetAtime|layer.SetMtime|layer.SetAtimeNow|layer.SetMtimeNow) != 0 {
@@ -245,19 +281,9 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		case in.Valid&layer.SetMtime != 0:
 			ts[1] = unix.NsecToTimespec(in.Mtime.UnixNano())
 		}
-		if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return errno(err)
-		}
+		return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
 	}
-	if f, ok := h.(*file); ok {
-		fd = f.fd
-	}
-	kind := layer.Attrs
-	if in.Valid&layer.SetSize != 0 {
-		kind = layer.Data
-	}
-	n.fs.raise(ctx, kind, n.token, "")
-	return statxAttr(fd, out)
+	return nil
 }
 
 // child opens name beneath the directory dirfd as a new node and stats it.
@@ -291,7 +317,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 		return nil, e
 	}
 	defer n.done()
-	c, e := n.fs.child(fd, name, out)
+	// Only the step the caller takes runs as the caller; making the node
+	// of it is ours (adopt's stats, handles and watches).
+	var cfd int
+	err := n.fs.checked(ctx, func() (err error) {
+		cfd, err = unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, errno(err)
+	}
+	c, e := n.fs.adopt(cfd, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -394,7 +430,7 @@ func (n *node) remove(ctx context.Context, name string, flags int) layer.Errno {
 	if flags == 0 {
 		n.fs.raiseGone(ctx, fd, name) // a file's other links change
 	}
-	if err := unix.Unlinkat(fd, name, flags); err != nil {
+	if err := n.fs.checked(ctx, func() error { return unix.Unlinkat(fd, name, flags) }); err != nil {
 		return errno(err)
 	}
 	n.fs.raise(ctx, layer.Entries, n.token, name)
@@ -417,7 +453,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	}
 	defer d.done()
 	n.fs.raiseGone(ctx, dfd, newName)
-	if err := unix.Renameat2(fd, name, dfd, newName, uint(flags)); err != nil {
+	if err := n.fs.checked(ctx, func() error { return unix.Renameat2(fd, name, dfd, newName, uint(flags)) }); err != nil {
 		return errno(err)
 	}
 	n.fs.raiseGone(ctx, dfd, newName) // the moved file's ctime
@@ -432,16 +468,21 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 		return nil, e
 	}
 	defer n.done()
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		k, err := unix.Readlinkat(fd, "", buf)
-		if err != nil {
-			return nil, errno(err)
+	var target []byte
+	err := n.fs.checked(ctx, func() error {
+		for size := 256; ; size *= 2 {
+			buf := make([]byte, size)
+			k, err := unix.Readlinkat(fd, "", buf)
+			if err != nil {
+				return err
+			}
+			if k < size {
+				target = buf[:k]
+				return nil
+			}
 		}
-		if k < size {
-			return buf[:k], 0
-		}
-	}
+	})
+	return target, errno(err)
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
@@ -453,10 +494,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return nil, e
 	}
 	defer n.done()
-	fd, err := unix.Open(procPath(nfd), int(flags)|unix.O_CLOEXEC, 0)
-	if err == unix.EPERM && flags&unix.O_NOATIME != 0 {
-		// O_NOATIME is for the owner; it is a wish, not a need.
-		fd, err = unix.Open(procPath(nfd), int(flags&^unix.O_NOATIME)|unix.O_CLOEXEC, 0)
+	var fd int
+	open := func() (err error) {
+		fd, err = unix.Open(procPath(nfd), int(flags)|unix.O_CLOEXEC, 0)
+		return err
+	}
+	err := n.fs.checked(ctx, open)
+	if err == unix.EPERM && flags&unix.O_NOATIME != 0 && !checking(ctx) {
+		// O_NOATIME is for the owner; it is a wish, not a need. (Under
+		// Check the caller sees EPERM, as a local program would.)
+		flags &^= unix.O_NOATIME
+		err = open()
 	}
 	if err != nil {
 		return nil, errno(err)
@@ -471,7 +519,7 @@ func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
 	}
 	defer n.done()
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil {
+	if err := n.fs.checked(ctx, func() error { return unix.Fstatfs(fd, &st) }); err != nil {
 		return errno(err)
 	}
 	*out = layer.Statfs{
@@ -491,18 +539,19 @@ func (n *node) useDir(name string) (int, layer.Errno) {
 	return n.use()
 }
 
-// withPath runs fn on the /proc path of the node's descriptor.
-func (n *node) withPath(fn func(path string) error) layer.Errno {
+// withPath runs fn as the caller on the /proc path of the node's
+// descriptor.
+func (n *node) withPath(ctx context.Context, fn func(path string) error) layer.Errno {
 	fd, e := n.use()
 	if e != 0 {
 		return e
 	}
 	defer n.done()
-	return errno(fn(procPath(fd)))
+	return errno(n.fs.checked(ctx, func() error { return fn(procPath(fd)) }))
 }
 
 func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (k int, e layer.Errno) {
-	e = n.withPath(func(p string) (err error) {
+	e = n.withPath(ctx, func(p string) (err error) {
 		k, err = unix.Getxattr(p, name, dest)
 		return err
 	})
@@ -511,11 +560,11 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (k int, e
 
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
 	defer n.fs.raise(ctx, layer.Attrs, n.token, "")
-	return n.withPath(func(p string) error { return unix.Setxattr(p, name, value, int(flags)) })
+	return n.withPath(ctx, func(p string) error { return unix.Setxattr(p, name, value, int(flags)) })
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (k int, e layer.Errno) {
-	e = n.withPath(func(p string) (err error) {
+	e = n.withPath(ctx, func(p string) (err error) {
 		k, err = unix.Listxattr(p, dest)
 		return err
 	})
@@ -524,7 +573,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (k int, e layer.Errno
 
 func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
 	defer n.fs.raise(ctx, layer.Attrs, n.token, "")
-	return n.withPath(func(p string) error { return unix.Removexattr(p, name) })
+	return n.withPath(ctx, func(p string) error { return unix.Removexattr(p, name) })
 }
 
 // A local directory is the bottom of stacks whose lower has no scheme.

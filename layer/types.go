@@ -104,6 +104,19 @@ type Caller struct {
 	// bottom of the stack applies it, or the directory's default ACL, as
 	// the lower file system would for a local program.
 	Umask uint32
+	// Supp is the caller's supplementary groups when the frontend knows
+	// them (9P: from the user database); nil when it does not (FUSE), and
+	// Groups reads them from /proc. Non-nil and empty is "no groups".
+	Supp []uint32
+	// Check says that the frontend has not checked permissions (9P), as
+	// a FUSE mount with default_permissions has. The bottom of the stack
+	// must then perform every operation with the caller's full
+	// credentials: fsuid Uid, fsgid Gid, the groups of Groups (set Supp,
+	// or Pid must name a live process), and no capabilities unless Uid is
+	// 0; so that the lower file system checks them itself, exactly as for
+	// a local program of that user. Without it, the bottom of the stack
+	// may act with its own privileges.
+	Check bool
 }
 
 type callerKey struct{}
@@ -122,9 +135,13 @@ func CallerOf(ctx context.Context) (Caller, bool) {
 	return Caller{}, false
 }
 
-// Groups returns the caller's supplementary groups. FUSE does not send
-// them, so they are read from /proc when a layer needs them.
+// Groups returns the caller's supplementary groups: Supp if the frontend
+// gave them; otherwise (FUSE does not send them) they are read from the
+// caller's process in /proc.
 func (c Caller) Groups() ([]uint32, error) {
+	if c.Supp != nil {
+		return c.Supp, nil
+	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.Pid))
 	if err != nil {
 		return nil, err
