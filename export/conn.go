@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/hugelgupf/p9/linux"
-	"github.com/hugelgupf/p9/p9"
+	"github.com/shalefs/shale/export/internal/p9"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -97,7 +97,6 @@ func (c *conn) add(f *file) error {
 	if len(c.files) >= c.s.opts.MaxFids {
 		return linux.EMFILE
 	}
-	f.refs = 1
 	c.files[f] = struct{}{}
 	return nil
 }
@@ -110,7 +109,9 @@ func (c *conn) full() bool {
 	return len(c.files) >= c.s.opts.MaxFids
 }
 
-// releaseAll releases every file left when the connection has ended.
+// releaseAll releases every file left when the connection has ended:
+// the library has clunked every fid, so none should be; this is the
+// guarantee that a connection's end leaves nothing.
 func (c *conn) releaseAll() {
 	c.mu.Lock()
 	fs := make([]*file, 0, len(c.files))

@@ -9,12 +9,14 @@
 // makes carries that caller (layer.Caller with Check set: no kernel has
 // checked permissions, the bottom of the stack must).
 //
-// What the library leaves out or gets wrong, and what this package does
-// about it, is said where it matters; in short: Tgetlock is answered
-// ENOSYS; the attach reply carries the QID of the synthetic directory, not
-// of the root reached; an xattr fid shares its file and miscounts its
-// parent's references (file.go: taint); an empty xattr list reads as one
-// empty name; messages larger than msize end the connection.
+// The server is hugelgupf/p9 v0.3.0's, copied into internal/p9 with fixes
+// (see its doc.go): upstream could panic when a connection ended with
+// requests in flight, and closed directory files still in use after an
+// xattr fid. What it still leaves out: Tgetlock (F_GETLK) is answered
+// ENOSYS; a failed Txattrwalk is always EINVAL; an empty xattr list reads
+// as one empty name; a message larger than msize ends the connection; the
+// uid of its Tucreate & co (9P2000.L.Google) is ignored here: files
+// belong to the attaching caller.
 package export
 
 import (
@@ -28,7 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hugelgupf/p9/p9"
+	"github.com/shalefs/shale/export/internal/p9"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/hugelgupf/p9/linux"
-	"github.com/hugelgupf/p9/p9"
+	"github.com/shalefs/shale/export/internal/p9"
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
@@ -39,11 +39,7 @@ type file struct {
 	mounts bool   // names resolve to roots first, from mnt
 	mnt    string
 
-	// Guarded by c.mu: the library's view of this file (see taint).
-	parent   *file
-	refs     int // Closes to come
-	tainted  bool
-	released bool
+	released bool // guarded by c.mu
 
 	// mu orders operations (read) before release (write).
 	mu     sync.RWMutex
@@ -61,47 +57,12 @@ type file struct {
 
 var _ p9.File = (*file)(nil)
 
-// The library gets an xattr fid wrong (p9 v0.3.0, handlers.go txattrwalk):
-// the new fid shares the walked fid's File without a reference of its own,
-// and names the walked fid's parent as its parent without taking a
-// reference on it. So the File is Closed once more than it was made, and
-// the parent's reference count runs one short: the parent is Closed while
-// still in use, and as that drops its own parent, every ancestor's count
-// is off too, and they may be Closed again later. What the library then
-// Closes cannot be trusted: a successful GetXattr or ListXattrs (after
-// which the library always makes the xattr fid) counts one more Close to
-// come on the file itself, and taints its ancestors, which then ignore
-// Close and are released when the connection ends.
-func (c *conn) taint(f *file) {
-	for p := f; p != nil; p = p.parent {
-		p.tainted = true
-	}
-}
-
-// xattrFid accounts for the xattr fid the library makes on f.
-func (f *file) xattrFid() {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if f.released {
-		return
-	}
-	f.refs++
-	f.c.taint(f.parent)
-}
-
-// Close drops one of the library's references.
+// Close is the library's last reference going.
 func (f *file) Close() error {
-	c := f.c
-	c.mu.Lock()
-	f.refs--
-	rel := f.refs <= 0 && !f.tainted && !f.released
-	if rel {
-		delete(c.files, f)
-	}
-	c.mu.Unlock()
-	if rel {
-		f.release()
-	}
+	f.c.mu.Lock()
+	delete(f.c.files, f)
+	f.c.mu.Unlock()
+	f.release()
 	return nil
 }
 
@@ -181,9 +142,6 @@ func (f *file) newFile(r *root, rec *nodeRec, mode uint32, mounts bool, mnt stri
 		}
 		return nil, err
 	}
-	f.c.mu.Lock()
-	nf.parent = f
-	f.c.mu.Unlock()
 	return nf, nil
 }
 
@@ -281,13 +239,11 @@ func (f *file) clone() (*file, error) {
 	if err := f.c.add(nf); err != nil {
 		return nil, err
 	}
-	f.c.mu.Lock()
 	if nf.rec != nil {
+		f.c.mu.Lock()
 		nf.rec.refs++
+		f.c.mu.Unlock()
 	}
-	// The library gives the copy f's parent.
-	nf.parent = f.parent
-	f.c.mu.Unlock()
 	return nf, nil
 }
 
@@ -302,7 +258,7 @@ func (f *file) walk(name string) (*file, p9.QID, p9.Attr, error) {
 		who := s.caller(uid)
 		// f is the attach root: its files are the caller's.
 		top := &file{c: f.c, who: &who}
-		return top.mount(f, "")
+		return top.mount("")
 	}
 	if f.mounts {
 		full := name
@@ -310,10 +266,10 @@ func (f *file) walk(name string) (*file, p9.QID, p9.Attr, error) {
 			full = f.mnt + "/" + name
 		}
 		if _, ok := s.roots[full]; ok {
-			return f.mount(f, full)
+			return f.mount(full)
 		}
 		if _, ok := s.prefixes[full]; ok {
-			return f.mount(f, full)
+			return f.mount(full)
 		}
 	}
 	n, err := f.node()
@@ -336,14 +292,13 @@ func (f *file) walk(name string) (*file, p9.QID, p9.Attr, error) {
 	return nf, qidOf(tok, a.Mode), toAttr(&a, tok), nil
 }
 
-// mount makes, as a child of parent, the file at mnt of the top of the
-// tree: the root of that name, or a synthetic directory above roots. f
-// supplies the caller.
-func (f *file) mount(parent *file, mnt string) (*file, p9.QID, p9.Attr, error) {
+// mount makes the file at mnt of the top of the tree: the root of that
+// name, or a synthetic directory above roots, for f's caller.
+func (f *file) mount(mnt string) (*file, p9.QID, p9.Attr, error) {
 	s := f.c.s
 	r, ok := s.roots[mnt]
 	if !ok {
-		nf, err := parent.newFileFor(f.who, nil, nil, syscall.S_IFDIR, mnt)
+		nf, err := f.newFileFor(f.who, nil, nil, syscall.S_IFDIR, mnt)
 		if err != nil {
 			return nil, p9.QID{}, p9.Attr{}, err
 		}
@@ -354,7 +309,7 @@ func (f *file) mount(parent *file, mnt string) (*file, p9.QID, p9.Attr, error) {
 	if e := r.n.Getattr(ctx, nil, &a); e != 0 {
 		return nil, p9.QID{}, p9.Attr{}, errno(e)
 	}
-	nf, err := parent.newFileFor(f.who, r, f.c.holdRoot(r), a.Mode, mnt)
+	nf, err := f.newFileFor(f.who, r, f.c.holdRoot(r), a.Mode, mnt)
 	if err != nil {
 		return nil, p9.QID{}, p9.Attr{}, err
 	}
@@ -371,9 +326,6 @@ func (f *file) newFileFor(who *layer.Caller, r *root, rec *nodeRec, mode uint32,
 		}
 		return nil, err
 	}
-	f.c.mu.Lock()
-	nf.parent = f
-	f.c.mu.Unlock()
 	return nf, nil
 }
 
@@ -496,7 +448,7 @@ func (f *file) Open(mode p9.OpenFlags) (p9.QID, uint32, error) {
 	f.c.mu.Lock()
 	released := f.released
 	f.c.mu.Unlock()
-	// An xattr fid shares its file (taint): it may be opened once only.
+	// An xattr fid shares its file: it is opened once only.
 	if released || f.opened {
 		return p9.QID{}, 0, linux.EBADF
 	}
@@ -701,9 +653,7 @@ func (f *file) StatFS() (p9.FSStat, error) {
 	}, nil
 }
 
-// maxXattr bounds xattr values and lists: Linux's XATTR_SIZE_MAX. A
-// larger one would make the library fail the walk after a successful
-// GetXattr, which would upset the count of xattrFid.
+// maxXattr bounds xattr values and lists: Linux's XATTR_SIZE_MAX.
 const maxXattr = 64 << 10
 
 func (f *file) GetXattr(attr string) ([]byte, error) {
@@ -715,11 +665,7 @@ func (f *file) GetXattr(attr string) ([]byte, error) {
 	if err != nil {
 		return nil, linux.ENODATA
 	}
-	b, err := sized(func(dest []byte) (int, syscall.Errno) { return n.Getxattr(f.ctx, attr, dest) })
-	if err == nil {
-		f.xattrFid()
-	}
-	return b, err
+	return sized(func(dest []byte) (int, syscall.Errno) { return n.Getxattr(f.ctx, attr, dest) })
 }
 
 func (f *file) ListXattrs() ([]string, error) {
@@ -735,7 +681,6 @@ func (f *file) ListXattrs() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.xattrFid()
 	var names []string
 	for name := range strings.SplitSeq(strings.TrimSuffix(string(b), "\x00"), "\x00") {
 		if name != "" {
@@ -988,20 +933,8 @@ func (f *file) RenameAt(oldName string, newDir p9.File, newName string) error {
 	return errno(n.Rename(f.ctx, oldName, d, newName, 0))
 }
 
-// Renamed follows the library's parent of f, for taint: a file whose
-// references are miscounted miscounts its new parent's too.
-func (f *file) Renamed(newDir p9.File, newName string) {
-	nd, ok := newDir.(*file)
-	if !ok {
-		return
-	}
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	f.parent = nd
-	if f.tainted {
-		f.c.taint(nd)
-	}
-}
+// Renamed needs nothing: files hold nodes, which renames leave valid.
+func (f *file) Renamed(newDir p9.File, newName string) {}
 
 func (f *file) UnlinkAt(name string, flags uint32) error {
 	if !f.use() {

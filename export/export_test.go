@@ -1,0 +1,668 @@
+package export
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hugelgupf/p9/linux"
+	"github.com/hugelgupf/p9/p9"
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/fuseview"
+	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
+)
+
+const nobodyUid = 65534
+
+// create makes name in dir and returns it opened read-write.
+func create(t *testing.T, dir p9.File, name string, mode p9.FileMode) p9.File {
+	t.Helper()
+	d := walk(t, dir)
+	f, _, _, err := d.Create(name, p9.ReadWrite, mode, p9.NoUID, p9.NoGID)
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	return f
+}
+
+func TestFiles(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	s := f.dial(t, 0, "")
+
+	// Create, write, read back; the host sees the bytes.
+	fl := create(t, s.root, "a", 0o640)
+	if n, err := fl.WriteAt([]byte("hello, 9p"), 0); err != nil || n != 9 {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	buf := make([]byte, 64)
+	if n, err := fl.ReadAt(buf, 7); n != 2 || string(buf[:n]) != "9p" {
+		t.Fatalf("read: %q %v", buf[:n], err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "a")); string(b) != "hello, 9p" {
+		t.Fatalf("host sees %q", b)
+	}
+	if err := fl.FSync(); err != nil {
+		t.Fatal(err)
+	}
+	fl.Close()
+
+	// Getattr: QID path is the token's inode, Gen is the token's.
+	a := walk(t, s.root, "a")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(f.dir, "a"), &st); err != nil {
+		t.Fatal(err)
+	}
+	qid, mask, attr, err := a.GetAttr(p9.AttrMaskAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := lookupToken(t, f, "a")
+	if qid.Path != st.Ino || qid.Type != p9.TypeRegular || attr.Size != 9 || attr.Mode != p9.ModeRegular|0o640 || !mask.Gen || attr.Gen != tok.Gen || attr.NLink != 1 {
+		t.Fatalf("getattr: %v %v %v (ino %d, token %v)", qid, mask, attr, st.Ino, tok)
+	}
+
+	// Setattr: size, mode, times.
+	if err := a.SetAttr(p9.SetAttrMask{Size: true, Permissions: true, MTime: true, MTimeNotSystemTime: true},
+		p9.SetAttr{Size: 5, Permissions: 0o600, MTimeSeconds: 1000000000, MTimeNanoSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(f.dir, "a"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 5 || st.Mode&0o7777 != 0o600 || st.Mtim.Sec != 1000000000 || st.Mtim.Nsec != 5 {
+		t.Fatalf("after setattr: size %d mode %o mtime %v", st.Size, st.Mode, st.Mtim)
+	}
+	a.Close()
+
+	// Mkdir, symlink and readlink, link, mknod.
+	if _, err := s.root.Mkdir("d", 0o755, p9.NoUID, p9.NoGID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.root.Symlink("a", "sl", p9.NoUID, p9.NoGID); err != nil {
+		t.Fatal(err)
+	}
+	sl := walk(t, s.root, "sl")
+	if target, err := sl.Readlink(); err != nil || target != "a" {
+		t.Fatalf("readlink: %q %v", target, err)
+	}
+	sl.Close()
+	a = walk(t, s.root, "a")
+	if err := s.root.Link(a, "hard"); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := s.root.Mknod("fifo", p9.ModeNamedPipe|0o600, 0, 0, p9.NoUID, p9.NoGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(f.dir, "fifo"), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		t.Fatalf("mknod: %o %v", st.Mode, err)
+	}
+	if err := unix.Stat(filepath.Join(f.dir, "hard"), &st); err != nil || st.Nlink != 2 {
+		t.Fatalf("link: nlink %d %v", st.Nlink, err)
+	}
+
+	// Renameat, and Trename (the library turns it into RenameAt).
+	d := walk(t, s.root, "d")
+	if err := s.root.RenameAt("hard", d, "moved"); err != nil {
+		t.Fatal(err)
+	}
+	moved := walk(t, d, "moved")
+	if err := moved.Rename(s.root, "back"); err != nil {
+		t.Fatal(err)
+	}
+	moved.Close()
+	if _, err := os.Stat(filepath.Join(f.dir, "back")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Unlinkat, and rmdir with AT_REMOVEDIR; errors keep their errno.
+	if err := s.root.UnlinkAt("d", 0); !errors.Is(err, linux.EISDIR) && !errors.Is(err, linux.EPERM) {
+		t.Fatalf("unlink of a directory: %v", err)
+	}
+	if _, err := d.Mkdir("sub", 0o755, p9.NoUID, p9.NoGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.root.UnlinkAt("d", unix.AT_REMOVEDIR); !errors.Is(err, linux.ENOTEMPTY) {
+		t.Fatalf("rmdir of a full directory: %v, want ENOTEMPTY", err)
+	}
+	if err := d.UnlinkAt("sub", unix.AT_REMOVEDIR); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := s.root.UnlinkAt("d", unix.AT_REMOVEDIR); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.root.UnlinkAt("back", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.root.Walk([]string{"back"}); !errors.Is(err, linux.ENOENT) {
+		t.Fatalf("walk to a removed file: %v", err)
+	}
+
+	// Statfs reports the host's.
+	fs, err := s.root.StatFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs unix.Statfs_t
+	unix.Statfs(f.dir, &hs)
+	if fs.Blocks != hs.Blocks || fs.BlockSize != uint32(hs.Bsize) || fs.NameLength != 255 {
+		t.Fatalf("statfs: %+v, host %+v", fs, hs)
+	}
+}
+
+// lookupToken is the token hostfs gives name.
+func lookupToken(t *testing.T, f *fixture, name string) layer.Token {
+	var a layer.Attr
+	n, e := f.host.Lookup(context.Background(), name, &a)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer n.Forget()
+	return n.Token()
+}
+
+// A listing of 1000 entries in small replies, resumed at offsets the
+// server gave, and rewound: every name once, with its inode and type.
+func TestReaddir(t *testing.T) {
+	f := newFixture(t, Options{})
+	want := []string{".", ".."}
+	for i := range 1000 {
+		name := fmt.Sprintf("file-%04d", i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(f.dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Mkdir(filepath.Join(f.dir, "sub"), 0o755)
+	want = append(want, "sub")
+	slices.Sort(want)
+	s := f.dial(t, nobodyUid, "")
+	d := walk(t, s.root)
+	if _, _, err := d.Open(p9.ReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	list := func(from uint64) (names []string, offs []uint64) {
+		off := from
+		for {
+			ents, err := d.Readdir(off, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) == 0 {
+				return names, offs
+			}
+			for _, e := range ents {
+				names = append(names, e.Name)
+				offs = append(offs, e.Offset)
+				if e.Name == "sub" && e.Type != p9.TypeDir {
+					t.Errorf("sub has type %v", e.Type)
+				}
+				if e.Name == "file-0007" {
+					var st unix.Stat_t
+					unix.Stat(filepath.Join(f.dir, e.Name), &st)
+					if e.QID.Path != st.Ino {
+						t.Errorf("file-0007: qid path %d, inode %d", e.QID.Path, st.Ino)
+					}
+				}
+			}
+			off = ents[len(ents)-1].Offset
+		}
+	}
+	names, offs := list(0)
+	got := slices.Sorted(slices.Values(names))
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %d names, want %d", len(got), len(want))
+	}
+	// Resume in the middle: the rest, in the same order.
+	rest, _ := list(offs[499])
+	if !slices.Equal(rest, names[500:]) {
+		t.Fatalf("resumed listing: %d names, want %d", len(rest), len(names)-500)
+	}
+	// From the start again.
+	again, _ := list(0)
+	if !slices.Equal(again, names) {
+		t.Fatal("second listing differs")
+	}
+	// A count too small for one entry is an error, not the end.
+	if _, err := d.Readdir(0, 10); !errors.Is(err, linux.EINVAL) {
+		t.Fatalf("readdir with count 10: %v", err)
+	}
+}
+
+// Xattrs go through the raw protocol: the library's client has none.
+func TestXattrs(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(f.dir, "d", "x"), nil, 0o644)
+	host := filepath.Join(f.dir, "d", "x")
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	// fid 1: d; fid 2: d/x.
+	r.must(t, "walk d", twalk(2, 0, 1, "d"))
+	r.must(t, "walk x", twalk(2, 1, 2, "x"))
+
+	// Set through a clone: Txattrcreate, Twrite, Tclunk.
+	r.must(t, "clone", twalk(2, 2, 3))
+	r.must(t, "xattrcreate", frame(tXattrcreate, 3, uint32(3), "user.color", uint64(4), uint32(0)))
+	r.must(t, "write", frame(tWrite, 3, uint32(3), uint64(0), uint32(4), []byte("blue")))
+	r.must(t, "clunk", frame(tClunk, 3, uint32(3)))
+	buf := make([]byte, 16)
+	if n, err := unix.Getxattr(host, "user.color", buf); err != nil || string(buf[:n]) != "blue" {
+		t.Fatalf("host xattr: %q %v", buf[:n], err)
+	}
+
+	// Get: Txattrwalk gives the size, Tread the value.
+	for range 3 { // repeatedly: each makes and clunks an xattr fid
+		body := r.must(t, "xattrwalk", frame(tXattrwalk, 4, uint32(2), uint32(4), "user.color"))
+		if size := binary.LittleEndian.Uint64(body); size != 4 {
+			t.Fatalf("xattr size %d", size)
+		}
+		body = r.must(t, "read", frame(tRead, 4, uint32(4), uint64(0), uint32(4)))
+		if string(body[4:]) != "blue" {
+			t.Fatalf("xattr value %q", body[4:])
+		}
+		r.must(t, "clunk", frame(tClunk, 4, uint32(4)))
+	}
+	// List.
+	body := r.must(t, "xattrwalk list", frame(tXattrwalk, 4, uint32(2), uint32(4), ""))
+	size := binary.LittleEndian.Uint64(body)
+	body = r.must(t, "read list", frame(tRead, 4, uint32(4), uint64(0), uint32(size)))
+	if !strings.Contains(string(body[4:]), "user.color\x00") {
+		t.Fatalf("xattr list %q", body[4:])
+	}
+	r.must(t, "clunk", frame(tClunk, 4, uint32(4)))
+	// A missing one is ENODATA, not EINVAL... but the library answers every
+	// failed xattrwalk EINVAL.
+	if e, err := lerror(r.rpc(t, frame(tXattrwalk, 4, uint32(2), uint32(4), "user.none"))); err != nil || e != uint32(linux.EINVAL) {
+		t.Fatalf("xattrwalk of a missing xattr: %d %v", e, err)
+	}
+	// Remove: Txattrcreate with size 0 and XATTR_REPLACE.
+	r.must(t, "clone", twalk(2, 2, 3))
+	r.must(t, "xattrcreate remove", frame(tXattrcreate, 3, uint32(3), "user.color", uint64(0), uint32(p9.XattrReplace)))
+	r.must(t, "clunk", frame(tClunk, 3, uint32(3)))
+	if _, err := unix.Getxattr(host, "user.color", buf); err != unix.ENODATA {
+		t.Fatalf("removed xattr: %v", err)
+	}
+
+	// The library miscounts the parent of an xattr fid (file.go, taint):
+	// the directory fid must still serve after those clunks.
+	r.must(t, "walk from d after xattr fids", twalk(5, 1, 6, "x"))
+	r.must(t, "clunk", frame(tClunk, 5, uint32(6)))
+	r.must(t, "clunk x", frame(tClunk, 5, uint32(2)))
+	r.must(t, "walk from d after x is gone", twalk(5, 1, 6, "x"))
+	r.must(t, "getattr", frame(tGetattr, 5, uint32(1), uint64(0x3fff)))
+
+	// And the connection's end leaves nothing.
+	r.c.Close()
+	<-r.done
+	f.c.check(t)
+}
+
+// Locks (raw: the library's client sends Tlock without its fid): two
+// connections conflict; a blocking request is answered Blocked, not waited
+// for; unlock lets the other in; a connection that goes releases its locks.
+func TestLocks(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "l"), make([]byte, 100), 0o666)
+	a, b := f.rawDial(t), f.rawDial(t)
+	for _, r := range []*raw{a, b} {
+		r.handshake(t, 64<<10, 0)
+		r.must(t, "walk", twalk(1, 0, 1, "l"))
+		r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
+	}
+	if st := a.lock(t, 1, p9.WriteLock, 0, 0, 10); st != p9.LockStatusOK {
+		t.Fatalf("first lock: %v", st)
+	}
+	// Same client name and pid, other connection: another owner.
+	if st := b.lock(t, 1, p9.WriteLock, 0, 5, 10); st != p9.LockStatusBlocked {
+		t.Fatalf("conflicting lock: %v, want Blocked", st)
+	}
+	start := time.Now()
+	if st := b.lock(t, 1, p9.ReadLock, p9.LockFlagsBlock, 0, 0); st != p9.LockStatusBlocked {
+		t.Fatalf("blocking conflicting lock: %v, want Blocked", st)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Fatal("a blocking lock request waited")
+	}
+	if st := b.lock(t, 1, p9.WriteLock, 0, 10, 10); st != p9.LockStatusOK {
+		t.Fatalf("lock of a free range: %v", st)
+	}
+	if st := a.lock(t, 1, p9.Unlock, 0, 0, 10); st != p9.LockStatusOK {
+		t.Fatalf("unlock: %v", st)
+	}
+	if st := b.lock(t, 1, p9.WriteLock, 0, 0, 10); st != p9.LockStatusOK {
+		t.Fatalf("lock after unlock: %v", st)
+	}
+	// b goes without unlocking: a gets the whole file.
+	b.c.Close()
+	<-b.done
+	if st := a.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
+		t.Fatalf("lock after the holder's connection ended: %v", st)
+	}
+	// Locking an unopened fid is EBADF.
+	a.must(t, "walk", twalk(1, 0, 2, "l"))
+	if e, err := lerror(a.rpc(t, tlock(1, 2, p9.WriteLock, 0, 0, 0))); err != nil || e != uint32(linux.EBADF) {
+		t.Fatalf("lock of an unopened fid: %d %v", e, err)
+	}
+}
+
+// Permissions are the host kernel's, for the attaching uid: root is
+// squashed to nobody unless NoRootSquash.
+func TestPermissions(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching to other users needs root")
+	}
+	for _, tc := range []struct {
+		name     string
+		opts     Options
+		uid      uint32
+		wantRoot bool // may write the root-owned directory
+		wantUid  uint32
+	}{
+		{"nobody", Options{}, nobodyUid, false, nobodyUid},
+		{"root squashed", Options{}, 0, false, nobodyUid},
+		{"root", Options{NoRootSquash: true}, 0, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts)
+			os.Chmod(f.dir, 0o755)
+			os.Mkdir(filepath.Join(f.dir, "open"), 0o777)
+			os.WriteFile(filepath.Join(f.dir, "secret"), []byte("s"), 0o600)
+			s := f.dial(t, tc.uid, "")
+			d := walk(t, s.root)
+			_, _, _, err := d.Create("new", p9.ReadWrite, 0o644, p9.NoUID, p9.NoGID)
+			if tc.wantRoot != (err == nil) {
+				t.Fatalf("create in a root-owned 0755 directory: %v", err)
+			}
+			if err != nil && !errors.Is(err, linux.EACCES) {
+				t.Fatalf("create: %v, want EACCES", err)
+			}
+			sec := walk(t, s.root, "secret")
+			_, _, err = sec.Open(p9.ReadOnly)
+			if tc.wantRoot != (err == nil) {
+				t.Fatalf("open of a root-owned 0600 file: %v", err)
+			}
+			// Created files belong to the caller.
+			fl := create(t, walk(t, s.root, "open"), "mine", 0o644)
+			fl.Close()
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(f.dir, "open", "mine"), &st); err != nil || st.Uid != tc.wantUid {
+				t.Fatalf("created file owned by %d (%v), want %d", st.Uid, err, tc.wantUid)
+			}
+		})
+	}
+}
+
+// MaxFids bounds the files a connection holds; clunking frees room.
+func TestMaxFids(t *testing.T) {
+	f := newFixture(t, Options{MaxFids: 20})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	s := f.dial(t, nobodyUid, "")
+	var held []p9.File
+	for {
+		_, nf, err := s.root.Walk([]string{"x"})
+		if err != nil {
+			if !errors.Is(err, linux.EMFILE) {
+				t.Fatalf("walk past the limit: %v, want EMFILE", err)
+			}
+			break
+		}
+		held = append(held, nf)
+		if len(held) > 20 {
+			t.Fatal("walked past MaxFids")
+		}
+	}
+	if len(held) < 15 {
+		t.Fatalf("only %d walks before EMFILE", len(held))
+	}
+	held[0].Close()
+	if _, nf, err := s.root.Walk([]string{"x"}); err != nil {
+		t.Fatalf("walk after a clunk: %v", err)
+	} else {
+		nf.Close()
+	}
+}
+
+// A connection cut in the middle leaves nothing behind: no node, handle,
+// directory stream, host descriptor or lock.
+func TestCleanupOnDisconnect(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	for i := range 10 {
+		os.WriteFile(filepath.Join(f.dir, fmt.Sprint(i)), []byte("data"), 0o644)
+	}
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	before := fds()
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "walk", twalk(1, 0, 1, "3"))
+	r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
+	if st := r.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
+		t.Fatalf("lock: %v", st)
+	}
+	r.must(t, "walk d", twalk(1, 0, 2, "d"))
+	r.must(t, "open d", frame(tLopen, 1, uint32(2), uint32(0)))
+	r.must(t, "readdir", frame(tReaddir, 1, uint32(2), uint64(0), uint32(1000)))
+	for i := range uint32(100) {
+		r.must(t, "walk", twalk(1, 0, 10+i, fmt.Sprint(i%10)))
+		if i%3 == 0 {
+			r.must(t, "open", frame(tLopen, 1, 10+i, uint32(0)))
+		}
+	}
+	r.must(t, "walk", twalk(1, 0, 3))
+	r.must(t, "create", frame(tLcreate, 1, uint32(3), "new", uint32(2), uint32(0o644), ^uint32(0)))
+	if f.c.nodes.Load() == 0 || f.c.handles.Load() == 0 || f.c.dirs.Load() == 0 {
+		t.Fatal("the test holds nothing")
+	}
+	r.c.Close()
+	<-r.done
+	f.c.check(t)
+	if after := fds(); after > before {
+		t.Errorf("%d descriptors before, %d after", before, after)
+	}
+	// The lock is gone, as another connection sees.
+	o := f.rawDial(t)
+	o.handshake(t, 64<<10, 0)
+	o.must(t, "walk", twalk(1, 0, 1, "3"))
+	o.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
+	if st := o.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
+		t.Fatalf("lock after the holder was cut: %v", st)
+	}
+}
+
+// Clunking everything releases everything while the connection lasts.
+func TestClunkReleases(t *testing.T) {
+	f := newFixture(t, Options{})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	s := f.dial(t, nobodyUid, "")
+	for range 10 {
+		x := walk(t, s.root, "x")
+		x.Open(p9.ReadOnly)
+		y := walk(t, x)
+		x.Close()
+		y.Close()
+	}
+	f.c.check(t)
+}
+
+// A message larger than msize ends the connection: no hang, no crash.
+func TestOversizedMessage(t *testing.T) {
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	r.handshake(t, 8192, nobodyUid)
+	big := frame(tWrite, 9, uint32(0), uint64(0), uint32(100000), make([]byte, 100000))
+	go r.c.Write(big) // the server stops reading: the pipe would block
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := r.recv(); err == nil {
+		t.Fatal("the server answered an oversized message")
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the server hung on an oversized message")
+	}
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn did not return")
+	}
+	f.c.check(t)
+}
+
+// MaxConns: a connection past the limit is closed at once.
+func TestMaxConns(t *testing.T) {
+	f := newFixture(t, Options{MaxConns: 1})
+	f.dial(t, nobodyUid, "")
+	if _, err := f.tryDial(nobodyUid, ""); err == nil {
+		t.Fatal("a second connection was served")
+	}
+}
+
+// Attach names reach roots; names with '/' go through synthetic
+// directories; unknown names fail.
+func TestAttachNames(t *testing.T) {
+	f := newFixture(t, Options{})
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "o"), []byte("other"), 0o644)
+	os.WriteFile(filepath.Join(f.dir, "d"), []byte("default"), 0o644)
+	or, err := hostfs.New(f.st, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(or.Forget)
+	f.s = New(f.st, map[string]layer.Node{"": f.root, "/a/b/": or}, Options{})
+	read := func(dir p9.File, name string) string {
+		fl := walk(t, dir, name)
+		defer fl.Close()
+		if _, _, err := fl.Open(p9.ReadOnly); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		n, _ := fl.ReadAt(buf, 0)
+		return string(buf[:n])
+	}
+	if got := read(f.dial(t, nobodyUid, "/").root, "d"); got != "default" {
+		t.Fatalf("attach /: %q", got)
+	}
+	if got := read(f.dial(t, nobodyUid, "a/b").root, "o"); got != "other" {
+		t.Fatalf("attach a/b: %q", got)
+	}
+	// From the default root, a/b is reached as a path, like a mount.
+	s := f.dial(t, nobodyUid, "")
+	if got := read(walk(t, s.root, "a", "b"), "o"); got != "other" {
+		t.Fatalf("a/b from the default root: %q", got)
+	}
+	// The synthetic directory a lists b.
+	a := walk(t, s.root, "a")
+	if _, _, err := a.Open(p9.ReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := a.Readdir(0, 1000); err != nil || len(ents) != 1 || ents[0].Name != "b" {
+		t.Fatalf("listing of a: %v %v", ents, err)
+	}
+	if _, err := f.tryDial(nobodyUid, "nope"); !errors.Is(err, linux.ENOENT) {
+		t.Fatalf("attach of an unknown name: %v", err)
+	}
+}
+
+// A FUSE view of the same stack sees at once what is written over 9P,
+// though it caches for an hour: the export is a view of the stack's
+// coherence manager.
+func TestCoherenceWithFUSE(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting FUSE needs root")
+	}
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), []byte("old"), 0o644)
+	mnt := t.TempDir()
+	srv, err := fuseview.Mount(mnt, f.st, f.host, fuseview.Options{Timeout: time.Hour, Coherent: true, KeepCache: true, Source: f.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Unmount() })
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "old" {
+		t.Fatalf("fuse read: %q %v", b, err)
+	}
+	s := f.dial(t, 0, "")
+	fl := walk(t, s.root, "f")
+	if _, _, err := fl.Open(p9.WriteOnly | 0o1000); err != nil { // O_TRUNC
+		t.Fatal(err)
+	}
+	if _, err := fl.WriteAt([]byte("new!"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// The export's own view, so that the manager skips only the export.
+	if v := f.c.view.Load(); v == 0 || v != f.s.roots[""].view {
+		t.Fatalf("write over 9P as view %d, want the export's %d", v, f.s.roots[""].view)
+	}
+	if _, err := s.root.Mkdir("dir", 0o755, p9.NoUID, p9.NoGID); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "new!" {
+		t.Fatalf("fuse read after the 9P write: %q %v", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(mnt, "dir")); err != nil || !st.IsDir() {
+		t.Fatalf("fuse stat of a directory made over 9P: %v", err)
+	}
+}
+
+// Serve over a unix socket; cancelling its context closes every
+// connection and releases what they held.
+func TestServe(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "x"), []byte("x"), 0o644)
+	sock := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- f.s.Serve(ctx, l) }()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := p9.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := cl.Attach("") // no uid: nobody
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := walk(t, root, "x")
+	if _, _, err := x.Open(p9.ReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.s.Requests(); n < 4 {
+		t.Fatalf("Requests() = %d after version, attach, walk, open", n)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	f.c.check(t)
+	if _, err := c.Read(make([]byte, 1)); err == nil || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("connection after Serve returned: %v", err)
+	}
+}
