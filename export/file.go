@@ -456,6 +456,12 @@ func (f *file) Open(mode p9.OpenFlags) (p9.QID, uint32, error) {
 		f.opened = true
 		return synthQID(f.mnt), 0, nil
 	}
+	// Only regular files and directories: opening a fifo would hang the
+	// server, a device would be the server's, and clients (Linux v9fs)
+	// serve special files themselves.
+	if f.mode != syscall.S_IFREG && f.mode != syscall.S_IFDIR {
+		return p9.QID{}, 0, linux.EINVAL
+	}
 	n := f.rec.n
 	if f.mode == syscall.S_IFDIR {
 		d, e := n.OpenDir(f.ctx)
