@@ -402,6 +402,18 @@ func TestPermissions(t *testing.T) {
 			if err := unix.Stat(filepath.Join(f.dir, "open", "mine"), &st); err != nil || st.Uid != tc.wantUid {
 				t.Fatalf("created file owned by %d (%v), want %d", st.Uid, err, tc.wantUid)
 			}
+			// The gid of Tmkdir is taken from a caller in that group
+			// (root is in all), and ignored otherwise.
+			if _, err := walk(t, s.root, "open").Mkdir("g", 0o755, p9.NoUID, 1234); err != nil {
+				t.Fatal(err)
+			}
+			wantGid := uint32(nobodyUid)
+			if tc.wantUid == 0 {
+				wantGid = 1234
+			}
+			if err := unix.Stat(filepath.Join(f.dir, "open", "g"), &st); err != nil || st.Gid != wantGid {
+				t.Fatalf("mkdir with gid 1234: group %d (%v), want %d", st.Gid, err, wantGid)
+			}
 		})
 	}
 }
