@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -30,13 +30,30 @@ type server interface {
 	kill(t *testing.T)
 }
 
-// localServer is hugelgupf/p9's localfs over a directory, in process,
-// on a unix socket. It ignores uids.
+// localServer is hugelgupf/p9's localfs over a directory on a unix
+// socket. It ignores uids. It runs in a child process (this test binary,
+// see TestMain): the library's server has a data race of its own that
+// would fail -race runs, and a process is what a test kills.
 type localServer struct {
 	dir, sock string
-	mu        sync.Mutex
-	ln        net.Listener
-	conns     []net.Conn
+	cmd       *exec.Cmd
+}
+
+const serveEnv = "REMOTE_TEST_SERVE" // DIR:SOCKET for the child
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(serveEnv); v != "" {
+		dir, sock, _ := strings.Cut(v, ":")
+		os.Remove(sock)
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		p9.NewServer(localfs.Attacher(dir)).Serve(ln)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }
 
 func newLocal(t *testing.T) *localServer {
@@ -50,46 +67,37 @@ func (s *localServer) remote() p9net.Remote {
 	return p9net.Remote{Addr: p9net.Addr{Network: "unix", Address: s.sock}}
 }
 
-// trackListener remembers the connections it accepts, so that kill can
-// cut them.
-type trackListener struct {
-	net.Listener
-	s *localServer
-}
-
-func (l trackListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.s.mu.Lock()
-		l.s.conns = append(l.s.conns, c)
-		l.s.mu.Unlock()
-	}
-	return c, err
-}
-
 func (s *localServer) start(t *testing.T) {
 	os.Remove(s.sock)
-	ln, err := net.Listen("unix", s.sock)
-	if err != nil {
+	s.cmd = exec.Command(os.Args[0])
+	s.cmd.Env = append(os.Environ(), serveEnv+"="+s.dir+":"+s.sock)
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	s.ln = ln
-	s.mu.Unlock()
-	go p9.NewServer(localfs.Attacher(s.dir)).Serve(trackListener{ln, s})
+	waitListen(t, "unix", s.sock)
 }
 
 func (s *localServer) kill(t *testing.T) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln != nil {
-		s.ln.Close()
-		s.ln = nil
+	if s.cmd == nil {
+		return
 	}
-	for _, c := range s.conns {
-		c.Close()
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+func waitListen(t *testing.T, network, addr string) {
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		c, err := net.Dial(network, addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no server listens on %s: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	s.conns = nil
 }
 
 // diodServer is a real diod exporting a directory over TCP on loopback.
@@ -124,24 +132,13 @@ func (s *diodServer) remote() p9net.Remote {
 
 func (s *diodServer) start(t *testing.T) {
 	s.cmd = exec.Command("diod", "-f", "-n", "-d", "0", "-e", s.dir, "-l", s.addr, "-L", "stderr")
-	s.cmd.Stderr = os.Stderr
 	if testing.Verbose() {
 		s.cmd.Stderr = os.Stderr
 	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		c, err := net.Dial("tcp", s.addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("diod does not listen on %s: %v", s.addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListen(t, "tcp", s.addr)
 }
 
 func (s *diodServer) kill(t *testing.T) {
