@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/hugelgupf/p9/linux"
-	"github.com/shalefs/shale/export/internal/p9"
+	"github.com/hugelgupf/p9/p9"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -22,6 +22,9 @@ type conn struct {
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec
 	files map[*file]struct{} // live files: not yet released
+	// lingering are files the library Closed while they may still be in
+	// use (file.xattrWalked): released when the connection ends.
+	lingering []*file
 }
 
 // nodeKey names a file of one root's stack: roots may be different layers
@@ -118,7 +121,9 @@ func (c *conn) releaseAll() {
 	for f := range c.files {
 		fs = append(fs, f)
 	}
+	fs = append(fs, c.lingering...)
 	clear(c.files)
+	c.lingering = nil
 	c.mu.Unlock()
 	for _, f := range fs {
 		f.release()

@@ -21,6 +21,7 @@ package export
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
@@ -29,8 +30,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/shalefs/shale/export/internal/p9"
+	"github.com/hugelgupf/p9/p9"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
@@ -211,7 +213,8 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	// per connection only; the layers order concurrent changes as they
 	// do for FUSE views.
 	srv := p9.NewServer(attacher{c}, p9.WithServerLogger(logAdapter{s.log}))
-	srv.Handle(p9net.ServerStream(&counter{r: rw, n: &s.requests}), rw)
+	t := &traffic{rw: rw, total: &s.requests, limit: maxMessage}
+	srv.Handle(p9net.ServerStream(t), t)
 	// Handle has clunked every fid; files the library lost count of (see
 	// taint) or still holds for other reasons go now.
 	c.releaseAll()
@@ -220,22 +223,23 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	s.mu.Unlock()
 }
 
-// counter counts the 9P messages read from r by following their size
-// fields.
-type counter struct {
-	r    io.ReadCloser
-	n    *atomic.Uint64
+// frames counts the 9P messages of a byte stream by their size fields.
+type frames struct {
 	hdr  [4]byte
-	have int    // bytes of hdr read
-	left uint64 // bytes of the current message after its size field
+	have int   // bytes of hdr seen
+	left int64 // bytes of the current message after hdr
 }
 
-func (c *counter) Read(p []byte) (int, error) {
-	k, err := c.r.Read(p)
-	b := p[:k]
+const (
+	tversion   = 100
+	headerLen  = 7
+	maxMessage = 4 << 20 // the library's largest message
+)
+
+func (c *frames) count(b []byte) (n uint64) {
 	for len(b) > 0 {
 		if c.left > 0 {
-			m := min(uint64(len(b)), c.left)
+			m := min(int64(len(b)), c.left)
 			c.left -= m
 			b = b[m:]
 			continue
@@ -243,19 +247,132 @@ func (c *counter) Read(p []byte) (int, error) {
 		m := copy(c.hdr[c.have:], b)
 		c.have += m
 		b = b[m:]
-		if c.have == 4 {
+		if c.have == len(c.hdr) {
+			n++
 			c.have = 0
-			c.n.Add(1)
-			size := uint64(c.hdr[0]) | uint64(c.hdr[1])<<8 | uint64(c.hdr[2])<<16 | uint64(c.hdr[3])<<24
-			if size > 4 {
-				c.left = size - 4
+			c.left = max(int64(binary.LittleEndian.Uint32(c.hdr[:]))-int64(len(c.hdr)), 0)
+		}
+	}
+	return n
+}
+
+// traffic is a connection's stream, seen from both ends: the requests
+// given to the library (and counted in the server's total) and the replies
+// written.
+type traffic struct {
+	rw    io.ReadWriteCloser
+	total *atomic.Uint64
+
+	rbuf  [64 << 10]byte
+	buf   []byte // read from rw, not yet given to the library
+	rerr  error  // what rw's last read returned, once buf is given
+	cur   int64  // bytes of the current request still to give
+	wait  bool   // hold the next request until all are answered
+	limit uint32 // the smallest msize a Tversion asked for, or maxMessage
+
+	started, answered atomic.Uint64
+	out               frames
+	deaf              atomic.Bool // a reply failed: none will be answered
+}
+
+// drainWait bounds how long a request waits for the ones before it.
+const drainWait = 10 * time.Second
+
+// Read gives the library the client's requests, but holds back some until
+// every request before has been answered (quiesce), to keep clear of two
+// races in hugelgupf/p9 v0.3.0 (server.go) that only it can fix:
+//
+//   - it starts a goroutine for the next request before it counts it in
+//     the WaitGroup its shutdown waits on, and panics if the count rises
+//     again as that wait ends: so the connection's end, and a request that
+//     ends it (larger than msize, or too short), wait;
+//   - a Tversion replaces buffers that requests in flight use: so it waits
+//     for them, and the next request for it.
+func (t *traffic) Read(p []byte) (int, error) {
+	if t.cur == 0 {
+		for len(t.buf) < headerLen && t.rerr == nil {
+			t.fill()
+		}
+		if len(t.buf) < headerLen {
+			t.quiesce()
+			if len(t.buf) == 0 {
+				return 0, t.rerr
+			}
+			n := copy(p, t.buf)
+			t.buf = t.buf[n:]
+			return n, nil
+		}
+		size, typ := binary.LittleEndian.Uint32(t.buf), t.buf[4]
+		if t.wait || typ == tversion || size < headerLen || size > t.limit {
+			t.quiesce()
+		}
+		t.wait = typ == tversion
+		if typ == tversion && size >= 11 {
+			for len(t.buf) < 11 && t.rerr == nil {
+				t.fill()
+			}
+			if len(t.buf) >= 11 {
+				if m := binary.LittleEndian.Uint32(t.buf[7:]); m > 0 && m < t.limit {
+					t.limit = m
+				}
 			}
 		}
+		t.cur = int64(max(size, headerLen))
+		t.started.Add(1)
+		t.total.Add(1)
+	}
+	p = p[:min(int64(len(p)), t.cur)]
+	if len(t.buf) > 0 {
+		n := copy(p, t.buf)
+		t.buf = t.buf[n:]
+		t.cur -= int64(n)
+		return n, nil
+	}
+	if t.rerr != nil {
+		t.quiesce()
+		return 0, t.rerr
+	}
+	n, err := t.rw.Read(p)
+	t.cur -= int64(n)
+	if err != nil {
+		t.rerr = err
+		if n == 0 {
+			t.quiesce()
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// fill reads more of the stream after what buf holds.
+func (t *traffic) fill() {
+	k := copy(t.rbuf[:], t.buf)
+	n, err := t.rw.Read(t.rbuf[k:])
+	t.buf = t.rbuf[:k+n]
+	if err != nil {
+		t.rerr = err
+	}
+}
+
+// quiesce waits until every request given so far has been answered, and
+// a moment more for the library's goroutines to be counted.
+func (t *traffic) quiesce() {
+	for deadline := time.Now().Add(drainWait); t.answered.Load() < t.started.Load() && !t.deaf.Load() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+func (t *traffic) Write(p []byte) (int, error) {
+	k, err := t.rw.Write(p)
+	t.answered.Add(t.out.count(p[:k]))
+	if err != nil {
+		t.deaf.Store(true)
 	}
 	return k, err
 }
 
-func (c *counter) Close() error { return c.r.Close() }
+func (t *traffic) Close() error { return t.rw.Close() }
 
 // logAdapter passes the library's log lines to slog: handler panics (which
 // it turns into EFAULT) as errors, the rest (closed connections, bad

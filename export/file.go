@@ -12,7 +12,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/hugelgupf/p9/linux"
-	"github.com/shalefs/shale/export/internal/p9"
+	"github.com/hugelgupf/p9/p9"
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
@@ -41,6 +41,12 @@ type file struct {
 
 	released bool // guarded by c.mu
 
+	// What works around hugelgupf/p9 v0.3.0's count of xattr fids (see
+	// xattrWalked): guarded by c.mu.
+	parent      *file // the file the library holds as this one's parent fid
+	extraCloses int   // Closes still to come from xattr fids sharing f
+	lingers     bool  // the library may Close f while it is in use
+
 	// mu orders operations (read) before release (write).
 	mu     sync.RWMutex
 	opened bool
@@ -57,13 +63,39 @@ type file struct {
 
 var _ p9.File = (*file)(nil)
 
-// Close is the library's last reference going.
+// Close is the library's last reference going, or one it miscounted
+// (xattrWalked).
 func (f *file) Close() error {
 	f.c.mu.Lock()
+	if f.extraCloses > 0 {
+		f.extraCloses--
+		f.c.mu.Unlock()
+		return nil
+	}
 	delete(f.c.files, f)
+	if f.lingers {
+		f.c.lingering = append(f.c.lingering, f)
+		f.c.mu.Unlock()
+		return nil
+	}
 	f.c.mu.Unlock()
 	f.release()
 	return nil
+}
+
+// xattrWalked accounts for an xattr fid the library is about to make of f
+// (after a GetXattr or ListXattrs, and only then, it does). It shares f's
+// File without a reference, so clunking it Closes f once more than f's own
+// fids do; and it drops a reference on f's parent fid it never took, so the
+// parent, and from there its ancestors, may be Closed while still in use.
+// Those then linger, served as before, until the connection ends.
+func (f *file) xattrWalked() {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	f.extraCloses++
+	for p := f.parent; p != nil && !p.lingers; p = p.parent {
+		p.lingers = true
+	}
 }
 
 // release gives back everything f holds: the POSIX locks of the owners
@@ -217,6 +249,7 @@ func (f *file) WalkGetAttr(names []string) ([]p9.QID, p9.File, p9.AttrMask, p9.A
 		if err != nil {
 			return nil, nil, p9.AttrMask{}, p9.Attr{}, err
 		}
+		nf.parent = f.parent // as the library's copy of the fid
 		_, mask, attr, err := nf.getAttr()
 		if err != nil {
 			nf.Close()
@@ -228,6 +261,7 @@ func (f *file) WalkGetAttr(names []string) ([]p9.QID, p9.File, p9.AttrMask, p9.A
 		if err != nil {
 			return nil, nil, p9.AttrMask{}, p9.Attr{}, err
 		}
+		nf.parent = f
 		return []p9.QID{qid}, nf, fullMask, attr, nil
 	}
 	return nil, nil, p9.AttrMask{}, p9.Attr{}, linux.EINVAL
@@ -671,7 +705,11 @@ func (f *file) GetXattr(attr string) ([]byte, error) {
 	if err != nil {
 		return nil, linux.ENODATA
 	}
-	return sized(func(dest []byte) (int, syscall.Errno) { return n.Getxattr(f.ctx, attr, dest) })
+	b, err := sized(func(dest []byte) (int, syscall.Errno) { return n.Getxattr(f.ctx, attr, dest) })
+	if err == nil {
+		f.xattrWalked()
+	}
+	return b, err
 }
 
 func (f *file) ListXattrs() ([]string, error) {
@@ -681,12 +719,14 @@ func (f *file) ListXattrs() ([]string, error) {
 	defer f.done()
 	n, err := f.node()
 	if err != nil {
+		f.xattrWalked()
 		return nil, nil
 	}
 	b, err := sized(func(dest []byte) (int, syscall.Errno) { return n.Listxattr(f.ctx, dest) })
 	if err != nil {
 		return nil, err
 	}
+	f.xattrWalked()
 	var names []string
 	for name := range strings.SplitSeq(strings.TrimSuffix(string(b), "\x00"), "\x00") {
 		if name != "" {
@@ -834,6 +874,7 @@ func (f *file) Create(name string, flags p9.OpenFlags, perms p9.FileMode, uid p9
 		return nil, p9.QID{}, 0, err
 	}
 	nf.h, nf.opened = h, true
+	nf.parent = f
 	return nf, qidOf(tok, a.Mode), 0, nil
 }
 
