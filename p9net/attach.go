@@ -27,10 +27,14 @@ const NoUID = ^uint32(0)
 const Nobody = 65534
 
 const (
+	msgTauth      = 102
 	msgTattach    = 104
 	headerLen     = 7
 	maxAttachSize = 64 << 10 // a Tattach is four small fields
 	identityMark  = "\x00uid:"
+	// noAuth is an attach name no file system has (it holds a NUL).
+	noAuth = "\x00no auth"
+	noFid  = ^uint32(0)
 )
 
 // IdentityName is the attach name element that tells the server's file
@@ -118,6 +122,21 @@ func rewrite(f []byte, change func(*attach)) []byte {
 	return a.frame(binary.LittleEndian.Uint16(f[5:]))
 }
 
+// authAsAttach turns a Tauth into a Tattach of its afid that fails with
+// ENOENT, without effects: hugelgupf/p9 answers Tauth with ENOSYS, where
+// clients (diod's, the kernel's) take only ENOENT for "no authentication
+// needed". Authentication, when configured, is TLS, before any message.
+func authAsAttach(f []byte) []byte {
+	body := make([]byte, 4, len(f)-headerLen+4)
+	binary.LittleEndian.PutUint32(body, noFid)
+	a, err := parseAttach(append(body, f[headerLen:]...))
+	if err != nil {
+		return f
+	}
+	a.fid, a.afid, a.aname = a.afid, noFid, noAuth
+	return a.frame(binary.LittleEndian.Uint16(f[5:]))
+}
+
 // serverIdentity makes the attach name carry who attaches: n_uname, or the
 // uname in the user database, or Nobody.
 func serverIdentity(a *attach) {
@@ -149,7 +168,8 @@ func clientIdentity(a *attach) {
 }
 
 // ServerStream returns rc's 9P messages with every Tattach rewritten by
-// serverIdentity; other messages pass unchanged and uncopied.
+// serverIdentity and every Tauth by authAsAttach; other messages pass
+// unchanged and uncopied.
 func ServerStream(rc io.ReadCloser) io.ReadCloser {
 	// Buffered: the header is read apart from the rest.
 	return &attachReader{rc: rc, r: bufio.NewReaderSize(rc, 64<<10)}
@@ -185,13 +205,19 @@ func (r *attachReader) Read(p []byte) (int, error) {
 	}
 	size := int64(binary.LittleEndian.Uint32(hdr))
 	switch {
-	case hdr[4] == msgTattach && size >= headerLen && size <= maxAttachSize:
+	case (hdr[4] == msgTattach || hdr[4] == msgTauth) && size >= headerLen && size <= maxAttachSize:
 		f := make([]byte, size)
 		copy(f, hdr)
 		if _, err := io.ReadFull(r.r, f[5:]); err != nil {
 			return 0, err
 		}
-		r.out = rewrite(f, serverIdentity)
+		if hdr[4] == msgTauth {
+			// Not given an identity: the server's attach root then
+			// has no such name (ENOENT).
+			r.out = authAsAttach(f)
+		} else {
+			r.out = rewrite(f, serverIdentity)
+		}
 	case size < 5:
 		// The library rejects it and ends the connection.
 		r.out, r.broken = hdr, true

@@ -310,7 +310,7 @@ func TestUmountBusyStackView(t *testing.T) {
 func TestBadStackFiles(t *testing.T) {
 	dir, lower, mnt := lowerAndMnt(t)
 	for _, c := range []struct{ toml, want string }{
-		{"lower = \"" + lower + "\"\n", "at least one [[view]]"},
+		{"lower = \"" + lower + "\"\n", "at least one [[view]] or [[export]]"},
 		{"lower = \"" + lower + "\"\ncolour = 1\n[[view]]\nlayer = 0\nmountpoint = \"" + mnt + "\"\n", "unknown key"},
 		{"lower = \"" + lower + "\"\n[[view]]\nlayer = 1\nmountpoint = \"" + mnt + "\"\n", "layer = 0"},
 		{"lower = \"" + lower + "\"\n[[layer]]\nname = \"nope\"\n[[view]]\nlayer = 1\nmountpoint = \"" + mnt + "\"\n", "unknown layer"},

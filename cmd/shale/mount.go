@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -127,6 +128,9 @@ func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(p.spec.Views) == 0 {
+		return fmt.Errorf("stack file %s names no [[view]]: add one, or serve its [[export]]s with shale serve --stack", f.stack)
+	}
 	if f.debug && f.logFile == "" {
 		f.foreground = true
 	}
@@ -147,16 +151,14 @@ func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
 
 // checkMountArgs checks LOWER and MOUNTPOINT and returns their absolute,
 // symlink-free forms.
+// A 9p:// LOWER is left as it is.
 func checkMountArgs(lower, mnt string) (string, string, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return "", "", errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)")
 	}
-	lower, err := checkDir("lower directory", lower)
+	lower, err := checkLower(lower)
 	if err != nil {
 		return "", "", err
-	}
-	if err := unix.Access(lower, unix.R_OK|unix.X_OK); err != nil {
-		return "", "", fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err)
 	}
 	mnt, err = checkDir("mountpoint", mnt)
 	if err != nil {
@@ -169,6 +171,22 @@ func checkMountArgs(lower, mnt string) (string, string, error) {
 		return "", "", fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt)
 	}
 	return lower, mnt, nil
+}
+
+// checkLower checks a LOWER: a readable directory, returned absolute and
+// symlink-free, or a well-formed 9p:// URL.
+func checkLower(lower string) (string, error) {
+	if _, ok, err := p9net.ParseRemote(lower); ok {
+		return lower, err
+	}
+	lower, err := checkDir("lower directory", lower)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.Access(lower, unix.R_OK|unix.X_OK); err != nil {
+		return "", fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err)
+	}
+	return lower, nil
 }
 
 func checkDir(what, p string) (string, error) {

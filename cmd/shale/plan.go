@@ -22,6 +22,8 @@ import (
 	_ "github.com/shalefs/shale/crypt"
 	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
 	_ "github.com/shalefs/shale/rot13"
 	_ "github.com/shalefs/shale/shard"
 	"github.com/shalefs/shale/stack"
@@ -162,18 +164,19 @@ func (p *plan) receiveSecrets(r io.ReadCloser) error {
 	return nil
 }
 
-// mount builds the stack and mounts its views.
-func (p *plan) mount(f *mountFlags, logger *slog.Logger) ([]*mounted, error) {
-	st, nodes, err := p.spec.Build(context.Background())
+// build makes the stack and starts watching its lower directory; opts are
+// what its FUSE views get.
+func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes []layer.Node, opts fuseview.Options, err error) {
+	st, nodes, err = p.spec.Build(context.Background())
 	if err != nil {
-		return nil, err
+		return nil, nil, opts, err
 	}
 	// Every view is a holder of the stack's manager: changes made through
 	// any view, and those other programs make in the lower directory (the
 	// watch), are pushed to the others, so the kernel may cache names and
 	// attributes long and keep pages across opens. A write through FUSE
 	// passthrough is the kernel's own, which the watch sees too.
-	opts := fuseview.Options{
+	opts = fuseview.Options{
 		Timeout:     f.timeout,
 		AllowOther:  f.allowOther,
 		Passthrough: !f.noPassthrough,
@@ -188,17 +191,39 @@ func (p *plan) mount(f *mountFlags, logger *slog.Logger) ([]*mounted, error) {
 	if !f.timeoutSet {
 		opts.Timeout = time.Hour
 	}
-	if !p.spec.CoherenceOff {
-		if _, err := hostfs.Watch(nodes[0], f.watch, logger); err != nil {
-			if p.stack {
-				return nil, fmt.Errorf("watching %s for changes made beside shale: %v; --coherence=off runs without", p.spec.Lower, err)
-			}
-			// Unwatched, changes made beside shale are seen only when the
-			// kernel asks again: within --timeout, and pages at each open.
-			logger.Warn("changes made directly in the lower directory show within --timeout", "lower", p.spec.Lower, "err", err)
-			opts.Timeout, opts.KeepCache = f.timeout, false
-		}
+	if p.spec.CoherenceOff {
+		return st, nodes, opts, nil
 	}
+	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
+		// Other clients of the server tell us nothing yet (journal
+		// callbacks will): their changes show within --timeout.
+		logger.Info("changes made by other clients of the server show within --timeout", "lower", p.spec.Lower)
+		opts.Timeout, opts.KeepCache = f.timeout, false
+		return st, nodes, opts, nil
+	}
+	if _, err := hostfs.Watch(nodes[0], f.watch, logger); err != nil {
+		if p.stack {
+			return nil, nil, opts, fmt.Errorf("watching %s for changes made beside shale: %v; --coherence=off runs without", p.spec.Lower, err)
+		}
+		// Unwatched, changes made beside shale are seen only when the
+		// kernel asks again: within --timeout, and pages at each open.
+		logger.Warn("changes made directly in the lower directory show within --timeout", "lower", p.spec.Lower, "err", err)
+		opts.Timeout, opts.KeepCache = f.timeout, false
+	}
+	return st, nodes, opts, nil
+}
+
+// mount builds the stack and mounts its views.
+func (p *plan) mount(f *mountFlags, logger *slog.Logger) ([]*mounted, error) {
+	st, nodes, opts, err := p.build(f, logger)
+	if err != nil {
+		return nil, err
+	}
+	return p.mountViews(st, nodes, opts, logger)
+}
+
+// mountViews mounts the views of a built stack.
+func (p *plan) mountViews(st *stack.Stack, nodes []layer.Node, opts fuseview.Options, logger *slog.Logger) ([]*mounted, error) {
 	var mounts []*mounted
 	byLayer := map[int]*mounted{}
 	for _, v := range p.spec.Views {

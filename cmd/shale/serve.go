@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/stack"
+)
+
+type serveFlags struct {
+	mountFlags   // the stack's layers, and how a --stack file's views mount
+	listen       string
+	keyFile      string
+	noRootSquash bool
+	maxConns     int
+	maxFids      int
+}
+
+// DefaultListen is where shale serve listens unless told otherwise:
+// loopback, since an export without a key must not be reachable from
+// elsewhere.
+const DefaultListen = "tcp:127.0.0.1:5640"
+
+func init() {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve [flags] LOWER | serve --stack FILE",
+		Short: "export LOWER, through layers, over 9P2000.L",
+		Long: `Serve exports the directory LOWER (or a 9p:// tree) over 9P2000.L, with
+--layer stacked as for mount, until SIGTERM or SIGINT:
+
+  shale serve --listen tcp:127.0.0.1:5640 LOWER
+  shale mount 9p://127.0.0.1:5640/ MNT          # on a client
+
+Clients attach with the empty attach name, or "/". With --stack FILE it serves
+the [[export]]s the file names under their attach names, and mounts its
+[[view]]s too; all are views of one stack, kept coherent:
+
+  lower = "/srv/vault"
+  [[layer]]
+  name = "crypt"
+  passfile = "/etc/shale/vault.pass"
+  [[export]]
+  layer = 1
+  name = "vault"                               # 9p://HOST:PORT/vault
+  [[view]]
+  layer = 1
+  mountpoint = "/mnt/vault"
+
+--listen takes unix:PATH or tcp:HOST:PORT (default ` + DefaultListen + `). Without
+--keyfile it listens only on loopback or a unix socket. With --keyfile every
+client must hold the same key (mutual TLS; see docs/network.md), and then it
+may listen anywhere.
+
+Each client acts as the uid it attaches as, and the lower file system checks
+its permissions, as for a local program of that user; uid 0 acts as nobody
+(65534) unless --no-root-squash.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.timeoutSet = cmd.Flags().Changed("timeout")
+			return runServe(&f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", DefaultListen, "where to listen: unix:PATH or tcp:HOST:PORT")
+	fl.StringVar(&f.keyFile, "keyfile", "", "require clients to hold the key in this file (at least 16 bytes, mode 600)")
+	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
+	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once")
+	fl.IntVar(&f.maxFids, "max-fids", 4096, "most fids (open or walked files) one client holds")
+	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
+	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
+	f.layerFlags.register(fl)
+	fl.StringVar(&f.logFile, "log", "", "append the log to this file (default: stderr)")
+	fl.DurationVar(&f.timeout, "timeout", time.Second, "with --stack views: how long the kernel may cache names and attributes (as for mount)")
+	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "with --stack views: let all users use them (as for mount)")
+	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "with --stack views: no FUSE passthrough (as for mount)")
+	fl.StringVar(&f.coherence, "coherence", "on", "on, or off to run without the coherence manager (for tests and benchmarks only)")
+	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
+	fl.MarkHidden("watch")
+	rootCmd.AddCommand(cmd)
+}
+
+// planServe reads the command line into a plan with exports.
+func planServe(f *serveFlags, args []string) (*plan, error) {
+	if f.stack != "" {
+		if len(args) != 0 {
+			return nil, errors.New("--stack FILE takes no LOWER: the file names it")
+		}
+		p, err := planMount(nil, &f.mountFlags, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(p.spec.Exports) == 0 {
+			return nil, fmt.Errorf("stack file %s names no [[export]]: add one (layer = N, name = \"ANAME\") or mount it with shale mount --stack", f.stack)
+		}
+		return p, nil
+	}
+	if len(args) != 1 {
+		return nil, errors.New("serve needs LOWER (or --stack FILE): see shale serve --help")
+	}
+	lower, err := checkLower(args[0])
+	if err != nil {
+		return nil, err
+	}
+	sp := &stack.Spec{Lower: lower}
+	for _, name := range f.layers {
+		k, err := stack.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		sp.Layers = append(sp.Layers, stack.Layer{Name: name, Options: f.layerOptions(k, nil)})
+	}
+	sp.Exports = []stack.Export{{Layer: len(sp.Layers)}}
+	switch f.coherence {
+	case "on", "off":
+		sp.CoherenceOff = f.coherence == "off"
+	default:
+		return nil, fmt.Errorf("--coherence %q: say on or off", f.coherence)
+	}
+	return &plan{spec: sp}, sp.Check()
+}
+
+func runServe(f *serveFlags, args []string) error {
+	addr, err := p9net.ParseListen(f.listen)
+	if err != nil {
+		return err
+	}
+	var key p9net.Key
+	if f.keyFile != "" {
+		if key, err = p9net.LoadKey(f.keyFile); err != nil {
+			return err
+		}
+	} else if !addr.Loopback() {
+		return fmt.Errorf("listening on %s needs --keyfile: without a key anyone who reaches it can use the export; or listen on 127.0.0.1 or a unix socket", addr)
+	}
+	if f.maxConns < 1 || f.maxFids < 16 {
+		return fmt.Errorf("--max-conns must be at least 1 and --max-fids at least 16")
+	}
+	p, err := planServe(f, args)
+	if err != nil {
+		return err
+	}
+	if err := p.prepare(); err != nil {
+		return err
+	}
+	logger, err := openLog(&f.mountFlags, false)
+	if err != nil {
+		return err
+	}
+	raiseFileLimit()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	st, nodes, opts, err := p.build(&f.mountFlags, logger)
+	if err != nil {
+		return err
+	}
+	roots := map[string]layer.Node{}
+	var names []string
+	for _, e := range p.spec.Exports {
+		roots[e.Name] = nodes[e.Layer]
+		names = append(names, fmt.Sprintf("%q (layer %d)", e.Name, e.Layer))
+	}
+	srv := export.New(st, roots, export.Options{
+		NoRootSquash: f.noRootSquash,
+		MaxConns:     f.maxConns,
+		MaxFids:      f.maxFids,
+		Logger:       logger,
+	})
+	// Views first: once clients can connect, everything is served.
+	mounts, err := p.mountViews(st, nodes, opts, logger)
+	if err != nil {
+		return err
+	}
+	l, err := p9net.Listen(addr, key)
+	if err != nil {
+		unmountAll(mounts, logger)
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l) }()
+	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", key != nil)
+	notify(logger, "READY=1", "STATUS=serving "+p.spec.Lower+" on "+addr.String())
+	select {
+	case err = <-served:
+		if err != nil {
+			err = fmt.Errorf("serving on %s: %v", addr, err)
+		}
+	case s := <-sig:
+		logger.Info("ending", "why", "signal "+s.String())
+		notify(logger, "STOPPING=1")
+		cancel()
+		<-served
+	}
+	unmountAll(mounts, logger)
+	for _, m := range mounts {
+		m.server.Wait()
+	}
+	if addr.Network == "unix" {
+		os.Remove(addr.Address)
+	}
+	return err
+}
