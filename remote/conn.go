@@ -155,7 +155,9 @@ func (c *conn) fail(err error) {
 	close(c.dead)
 	c.mu.Unlock()
 	c.nc.Close()
-	c.log.Warn("9p connection lost", "err", err)
+	if err != errClosed {
+		c.log.Warn("9p connection lost", "err", err)
+	}
 	c.onDead(c)
 }
 
@@ -169,7 +171,10 @@ func (c *conn) alive() bool {
 }
 
 // close ends the connection on the client's behalf.
-func (c *conn) close() { c.fail(errors.New("closed")) }
+// errClosed ends a connection on purpose: nothing to warn about.
+var errClosed = errors.New("closed")
+
+func (c *conn) close() { c.fail(errClosed) }
 
 // rpc sends one request and waits for its reply. A server error is a
 // syscall.Errno; anything else means the connection failed. There is no

@@ -526,15 +526,17 @@ func (n *node) raiseGone(ctx context.Context, c *conn, dfid, uid uint32, name st
 	}
 }
 
-// Rename: 9P2000.L's Trenameat has no flags, so RENAME_NOREPLACE and
-// RENAME_EXCHANGE get EINVAL, as from the kernel's own 9P client; programs
-// fall back to a plain rename.
+// Rename: 9P2000.L's Trenameat has no flags. RENAME_NOREPLACE is a walk
+// to the new name first, and EEXIST if it is there: not atomic, another
+// client may make the name between the two (layers above use it to keep
+// their own files, which only they make). RENAME_EXCHANGE gets EINVAL, as
+// from the kernel's own 9P client.
 func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
 	d, ok := newDir.(*node)
 	if !ok || d.fs != n.fs {
 		return syscall.EXDEV
 	}
-	if flags != 0 {
+	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return syscall.EINVAL
 	}
 	if e := validName(newName); e != 0 {
@@ -547,6 +549,16 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	ndfid, e := d.fidOn(c, id.uid)
 	if e != 0 {
 		return e
+	}
+	if flags&unix.RENAME_NOREPLACE != 0 {
+		fid, _, err := c.walk(ndfid, []string{newName})
+		if err == nil {
+			c.clunk(fid)
+			return syscall.EEXIST
+		}
+		if e := errno(err); e != syscall.ENOENT {
+			return e
+		}
 	}
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {

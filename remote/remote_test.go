@@ -90,9 +90,18 @@ func TestFiles(t *testing.T) {
 			t.Fatalf("old name: %v", e)
 		}
 		must(t, f2.Getattr(bg, nil, &a), "getattr after rename")
-		if e := d.Rename(bg, "x", root, "y", unix.RENAME_NOREPLACE); e != syscall.EINVAL {
-			t.Fatalf("rename with flags: %v", e)
+		if e := d.Rename(bg, "x", root, "y", unix.RENAME_EXCHANGE); e != syscall.EINVAL {
+			t.Fatalf("rename with RENAME_EXCHANGE: %v", e)
 		}
+		// RENAME_NOREPLACE: refused over an existing name, done otherwise.
+		nr, e := root.Mkdir(bg, "nr", 0o755, &a)
+		must(t, e, "mkdir nr")
+		nr.Forget()
+		if e := root.Rename(bg, "g", root, "nr", unix.RENAME_NOREPLACE); e != syscall.EEXIST {
+			t.Fatalf("rename over a name with RENAME_NOREPLACE: %v", e)
+		}
+		must(t, root.Rename(bg, "g", root, "g2", unix.RENAME_NOREPLACE), "rename to a new name with RENAME_NOREPLACE")
+		must(t, root.Rename(bg, "g2", root, "g", 0), "rename back")
 
 		// Symlink, readlink, link.
 		_, e = root.Symlink(bg, []byte("g"), "s", &a)
