@@ -2,10 +2,8 @@ package remote
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os/user"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shalefs/shale/p9wire"
 )
 
 // errLost fails the requests of a connection that broke or timed out;
@@ -63,30 +63,22 @@ func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, log
 	// Tversion before the reader starts: it is the one request alone on
 	// the wire, and a server that never answers must not hang us.
 	nc.SetDeadline(time.Now().Add(timeout))
-	var e enc
-	e.u32(msize)
-	e.str("9P2000.L")
-	if err := c.write(tVersion, noTag, e.b); err != nil {
+	e := p9wire.Msg(p9wire.Tversion, p9wire.NoTag)
+	e.U32(msize)
+	e.Str(p9wire.Version)
+	if _, err := nc.Write(e.Frame()); err != nil {
 		return nil, err
 	}
-	hdr := make([]byte, hdrLen)
-	if _, err := io.ReadFull(nc, hdr); err != nil {
+	h, body, err := p9wire.ReadFrame(nc, 1<<16)
+	if err != nil {
 		return nil, fmt.Errorf("9p version: %w", err)
 	}
-	size := binary.LittleEndian.Uint32(hdr)
-	if size < hdrLen || size > 1<<16 {
-		return nil, fmt.Errorf("9p version: %w", errProto)
+	d := p9wire.Dec{B: body}
+	if h.Type == p9wire.Rlerror {
+		return nil, fmt.Errorf("9p version: %w", syscall.Errno(d.U32()))
 	}
-	body := make([]byte, size-hdrLen)
-	if _, err := io.ReadFull(nc, body); err != nil {
-		return nil, fmt.Errorf("9p version: %w", err)
-	}
-	d := dec{b: body}
-	if hdr[4] == tLerror+1 {
-		return nil, fmt.Errorf("9p version: %w", syscall.Errno(d.u32()))
-	}
-	m, v := d.u32(), d.str()
-	if hdr[4] != tVersion+1 || d.err != nil || v != "9P2000.L" {
+	m, v := d.U32(), d.Str()
+	if h.Type != p9wire.Tversion+1 || d.Err != nil || v != p9wire.Version {
 		return nil, fmt.Errorf("9p version: the server speaks %q, not 9P2000.L", v)
 	}
 	if m < c.msize {
@@ -101,45 +93,31 @@ func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, log
 }
 
 func (c *conn) write(typ uint8, tag uint16, body []byte) error {
-	msg := make([]byte, hdrLen, hdrLen+len(body))
-	binary.LittleEndian.PutUint32(msg, uint32(hdrLen+len(body)))
-	msg[4] = typ
-	binary.LittleEndian.PutUint16(msg[5:], tag)
-	msg = append(msg, body...)
+	e := p9wire.Msg(typ, tag)
+	e.B = append(e.B, body...)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.nc.Write(msg)
+	_, err := c.nc.Write(e.Frame())
 	return err
 }
 
 func (c *conn) read() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
-	hdr := make([]byte, hdrLen)
 	for {
-		if _, err := io.ReadFull(r, hdr); err != nil {
+		h, body, err := p9wire.ReadFrame(r, c.msize)
+		if err != nil {
 			c.fail(err)
 			return
 		}
-		size := binary.LittleEndian.Uint32(hdr)
-		if size < hdrLen || size > c.msize {
-			c.fail(errProto)
-			return
-		}
-		body := make([]byte, size-hdrLen)
-		if _, err := io.ReadFull(r, body); err != nil {
-			c.fail(err)
-			return
-		}
-		tag := binary.LittleEndian.Uint16(hdr[5:])
 		c.mu.Lock()
-		ch := c.pending[tag]
-		delete(c.pending, tag)
+		ch := c.pending[h.Tag]
+		delete(c.pending, h.Tag)
 		c.mu.Unlock()
 		if ch == nil {
-			c.fail(errProto) // a tag we never sent: the stream is not ours
+			c.fail(p9wire.ErrProto) // a tag we never sent: the stream is not ours
 			return
 		}
-		ch <- reply{hdr[4], body}
+		ch <- reply{h.Type, body}
 	}
 }
 
@@ -181,7 +159,7 @@ func (c *conn) close() { c.fail(errClosed) }
 // Tflush: a request that gets no reply within the timeout fails, and so
 // does its connection, which is closed so that every other request in
 // flight fails at once instead of waiting for its own timeout.
-func (c *conn) rpc(typ uint8, body []byte) (*dec, error) {
+func (c *conn) rpc(typ uint8, body []byte) (*p9wire.Dec, error) {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -211,17 +189,17 @@ func (c *conn) rpc(typ uint8, body []byte) (*dec, error) {
 			return nil, errLost
 		}
 	}
-	d := &dec{b: r.body}
+	d := &p9wire.Dec{B: r.body}
 	switch {
-	case r.typ == tLerror+1:
-		e := d.u32()
-		if d.err != nil {
-			c.fail(errProto)
+	case r.typ == p9wire.Rlerror:
+		e := d.U32()
+		if d.Err != nil {
+			c.fail(p9wire.ErrProto)
 			return nil, errLost
 		}
 		return nil, syscall.Errno(e)
 	case r.typ != typ+1:
-		c.fail(errProto)
+		c.fail(p9wire.ErrProto)
 		return nil, errLost
 	}
 	return d, nil
@@ -232,7 +210,7 @@ func (c *conn) tag() (uint16, bool) {
 	for range 1 << 16 {
 		t := c.nextTag
 		c.nextTag++
-		if t == noTag {
+		if t == p9wire.NoTag {
 			continue
 		}
 		if _, used := c.pending[t]; !used {
@@ -264,9 +242,9 @@ func (c *conn) putFid(f uint32) {
 // error, which then is the error of the operation clunk completes
 // (Txattrcreate's).
 func (c *conn) clunk(fid uint32) error {
-	var e enc
-	e.u32(fid)
-	_, err := c.rpc(tClunk, e.b)
+	var e p9wire.Enc
+	e.U32(fid)
+	_, err := c.rpc(p9wire.Tclunk, e.B)
 	if err == nil || errors.As(err, new(syscall.Errno)) {
 		c.putFid(fid)
 	}
@@ -304,44 +282,44 @@ func (c *conn) attach(uid uint32) (uint32, error) {
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		uname = u.Username
 	}
-	var e enc
-	e.u32(fid)
-	e.u32(noFid)
-	e.str(uname)
-	e.str(c.aname)
-	e.u32(uid)
-	d, err := c.rpc(tAttach, e.b)
+	var e p9wire.Enc
+	e.U32(fid)
+	e.U32(p9wire.NoFid)
+	e.Str(uname)
+	e.Str(c.aname)
+	e.U32(uid)
+	d, err := c.rpc(p9wire.Tattach, e.B)
 	if err != nil {
 		c.putFid(fid)
 		return 0, err
 	}
-	d.qid()
-	if d.err != nil {
-		c.fail(errProto)
+	d.Qid()
+	if d.Err != nil {
+		c.fail(p9wire.ErrProto)
 		return 0, errLost
 	}
 	return fid, nil
 }
 
-// twalk walks fid to newfid by names (at most maxWelem).
-func (c *conn) twalk(fid, newfid uint32, names []string) ([]qid, error) {
-	var e enc
-	e.u32(fid)
-	e.u32(newfid)
-	e.u16(uint16(len(names)))
+// twalk walks fid to newfid by names (at most p9wire.MaxWelem).
+func (c *conn) twalk(fid, newfid uint32, names []string) ([]p9wire.Qid, error) {
+	var e p9wire.Enc
+	e.U32(fid)
+	e.U32(newfid)
+	e.U16(uint16(len(names)))
 	for _, n := range names {
-		e.str(n)
+		e.Str(n)
 	}
-	d, err := c.rpc(tWalk, e.b)
+	d, err := c.rpc(p9wire.Twalk, e.B)
 	if err != nil {
 		return nil, err
 	}
-	qs := make([]qid, d.u16())
+	qs := make([]p9wire.Qid, d.U16())
 	for i := range qs {
-		qs[i] = d.qid()
+		qs[i] = d.Qid()
 	}
-	if d.err != nil || len(qs) > len(names) {
-		c.fail(errProto)
+	if d.Err != nil || len(qs) > len(names) {
+		c.fail(p9wire.ErrProto)
 		return nil, errLost
 	}
 	return qs, nil
@@ -349,12 +327,12 @@ func (c *conn) twalk(fid, newfid uint32, names []string) ([]qid, error) {
 
 // walk returns a new fid for names beneath fid (a clone for none) and
 // the QID of the last name.
-func (c *conn) walk(fid uint32, names []string) (uint32, qid, error) {
+func (c *conn) walk(fid uint32, names []string) (uint32, p9wire.Qid, error) {
 	nf := c.newFid()
 	src := fid
-	var last qid
+	var last p9wire.Qid
 	for first := true; first || len(names) > 0; first = false {
-		k := min(len(names), maxWelem)
+		k := min(len(names), p9wire.MaxWelem)
 		qs, err := c.twalk(src, nf, names[:k])
 		if err == nil && len(qs) < k {
 			err = syscall.ENOENT // a partial walk: the name after the last QID is missing
@@ -365,7 +343,7 @@ func (c *conn) walk(fid uint32, names []string) (uint32, qid, error) {
 			} else {
 				c.putFid(nf)
 			}
-			return 0, qid{}, err
+			return 0, p9wire.Qid{}, err
 		}
 		if k > 0 {
 			last = qs[k-1]
@@ -376,38 +354,38 @@ func (c *conn) walk(fid uint32, names []string) (uint32, qid, error) {
 	return nf, last, nil
 }
 
-func (c *conn) getattr(fid uint32) (rattr, error) {
-	var e enc
-	e.u32(fid)
-	e.u64(getattrAll)
-	d, err := c.rpc(tGetattr, e.b)
+func (c *conn) getattr(fid uint32) (p9wire.Rattr, error) {
+	var e p9wire.Enc
+	e.U32(fid)
+	e.U64(p9wire.GetattrAll)
+	d, err := c.rpc(p9wire.Tgetattr, e.B)
 	if err != nil {
-		return rattr{}, err
+		return p9wire.Rattr{}, err
 	}
-	r := d.getattr()
-	if d.err != nil {
-		c.fail(errProto)
-		return rattr{}, errLost
+	r := d.Getattr()
+	if d.Err != nil {
+		c.fail(p9wire.ErrProto)
+		return p9wire.Rattr{}, errLost
 	}
 	return r, nil
 }
 
 // lopen opens fid with 9P2000.L flags and returns its iounit.
 func (c *conn) lopen(fid, flags uint32) (uint32, error) {
-	var e enc
-	e.u32(fid)
-	e.u32(flags)
-	d, err := c.rpc(tLopen, e.b)
+	var e p9wire.Enc
+	e.U32(fid)
+	e.U32(flags)
+	d, err := c.rpc(p9wire.Tlopen, e.B)
 	if err != nil {
 		return 0, err
 	}
-	d.qid()
-	return d.u32(), nil
+	d.Qid()
+	return d.U32(), nil
 }
 
 // ioSize is how many bytes one Tread or Twrite on a fid with iounit moves.
 func (c *conn) ioSize(iounit uint32) int {
-	n := c.msize - ioHdrLen
+	n := c.msize - p9wire.IOHdrLen
 	if iounit != 0 && iounit < n {
 		n = iounit
 	}
@@ -418,20 +396,20 @@ func (c *conn) readAt(fid uint32, iounit uint32, dest []byte, off int64) (int, e
 	total := 0
 	for total < len(dest) {
 		want := min(len(dest)-total, c.ioSize(iounit))
-		var e enc
-		e.u32(fid)
-		e.u64(uint64(off) + uint64(total))
-		e.u32(uint32(want))
-		d, err := c.rpc(tRead, e.b)
+		var e p9wire.Enc
+		e.U32(fid)
+		e.U64(uint64(off) + uint64(total))
+		e.U32(uint32(want))
+		d, err := c.rpc(p9wire.Tread, e.B)
 		if err != nil {
 			return total, err
 		}
-		n := int(d.u32())
-		if d.err != nil || n > want || n > len(d.b) {
-			c.fail(errProto)
+		n := int(d.U32())
+		if d.Err != nil || n > want || n > len(d.B) {
+			c.fail(p9wire.ErrProto)
 			return total, errLost
 		}
-		copy(dest[total:], d.b[:n])
+		copy(dest[total:], d.B[:n])
 		total += n
 		if n < want {
 			break // end of file, or what the server had
@@ -444,17 +422,17 @@ func (c *conn) writeAt(fid uint32, iounit uint32, data []byte, off int64) (int, 
 	total := 0
 	for {
 		chunk := data[total:min(len(data), total+c.ioSize(iounit))]
-		var e enc
-		e.u32(fid)
-		e.u64(uint64(off) + uint64(total))
-		e.bytes(chunk)
-		d, err := c.rpc(tWrite, e.b)
+		var e p9wire.Enc
+		e.U32(fid)
+		e.U64(uint64(off) + uint64(total))
+		e.Bytes(chunk)
+		d, err := c.rpc(p9wire.Twrite, e.B)
 		if err != nil {
 			return total, err
 		}
-		n := int(d.u32())
-		if d.err != nil || n > len(chunk) {
-			c.fail(errProto)
+		n := int(d.U32())
+		if d.Err != nil || n > len(chunk) {
+			c.fail(p9wire.ErrProto)
 			return total, errLost
 		}
 		total += n

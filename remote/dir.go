@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // dir lists a remote directory with Treaddir. Offsets are the server's
@@ -23,31 +24,31 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		if e != 0 {
 			return layer.DirEntry{}, false, e
 		}
-		var b enc
-		b.u32(fid)
-		b.u64(d.off)
-		b.u32(uint32(c.ioSize(iounit)))
-		r, err := c.rpc(tReaddir, b.b)
+		var b p9wire.Enc
+		b.U32(fid)
+		b.U64(d.off)
+		b.U32(uint32(c.ioSize(iounit)))
+		r, err := c.rpc(p9wire.Treaddir, b.B)
 		if err != nil {
 			return layer.DirEntry{}, false, errno(err)
 		}
-		n := r.u32()
-		data := r.take(int(n))
-		if r.err != nil {
-			c.fail(errProto)
+		n := r.U32()
+		data := r.Take(int(n))
+		if r.Err != nil {
+			c.fail(p9wire.ErrProto)
 			return layer.DirEntry{}, false, errno(errLost)
 		}
-		ents := &dec{b: data}
-		for len(ents.b) > 0 {
-			q := ents.qid()
-			off := ents.u64()
-			typ := ents.u8()
-			name := ents.str()
-			if ents.err != nil {
-				c.fail(errProto)
+		ents := &p9wire.Dec{B: data}
+		for len(ents.B) > 0 {
+			q := ents.Qid()
+			off := ents.U64()
+			typ := ents.U8()
+			name := ents.Str()
+			if ents.Err != nil {
+				c.fail(p9wire.ErrProto)
 				return layer.DirEntry{}, false, errno(errLost)
 			}
-			d.buf = append(d.buf, layer.DirEntry{Name: name, Ino: q.path, Type: uint32(typ) << 12, Off: off})
+			d.buf = append(d.buf, layer.DirEntry{Name: name, Ino: q.Path, Type: uint32(typ) << 12, Off: off})
 		}
 		d.eof = len(d.buf) == 0
 	}

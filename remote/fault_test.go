@@ -18,6 +18,7 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -167,12 +168,10 @@ func TestSilentServer(t *testing.T) {
 					return
 				}
 				io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint32(hdr))-7)
-				var r enc // Rversion: msize, version
-				r.u32(8192)
-				r.str("9P2000.L")
-				b := binary.LittleEndian.AppendUint32(nil, uint32(hdrLen+len(r.b)))
-				b = append(b, tVersion+1, 0xff, 0xff)
-				c.Write(append(b, r.b...))
+				r := p9wire.Msg(p9wire.Tversion+1, p9wire.NoTag) // Rversion: msize, version
+				r.U32(8192)
+				r.Str(p9wire.Version)
+				c.Write(r.Frame())
 				io.Copy(io.Discard, c) // and never a word more
 			}()
 		}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // handle is an open remote file (or directory, for dir): a fid of its
@@ -101,7 +102,7 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 	h.mu.Unlock()
 	if held {
 		if c, fid, _, e := h.use(ctx); e == 0 {
-			c.lock(fid, lockUnlock, 0, 0, h.fs.proc(owner), h.fs.clientID)
+			c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.proc(owner), h.fs.clientID)
 		}
 	}
 	return 0
@@ -112,14 +113,14 @@ func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	if e != 0 {
 		return e
 	}
-	var b enc
-	b.u32(fid)
+	var b p9wire.Enc
+	b.U32(fid)
 	if datasync {
-		b.u32(1)
+		b.U32(1)
 	} else {
-		b.u32(0)
+		b.U32(0)
 	}
-	_, err := c.rpc(tFsync, b.b)
+	_, err := c.rpc(p9wire.Tfsync, b.B)
 	return errno(err)
 }
 
@@ -134,7 +135,7 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 		return 0 // the fid went with its connection
 	}
 	for o := range owners {
-		c.lock(fid, lockUnlock, 0, 0, h.fs.proc(o.owner), h.fs.clientID)
+		c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.proc(o.owner), h.fs.clientID)
 	}
 	if err := c.clunk(fid); err != nil && !errors.Is(err, errLost) {
 		return errno(err)
@@ -162,7 +163,7 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if err != nil {
 		return 0, errno(err)
 	}
-	size := int64(ra.attr.Size)
+	size := int64(ra.Attr.Size)
 	switch {
 	case off < 0 || off >= size:
 		return 0, syscall.ENXIO
@@ -181,34 +182,34 @@ func (h *handle) CopyFileRange(ctx context.Context, off int64, dst layer.Handle,
 
 // lock sends Tlock and returns its status.
 func (c *conn) lock(fid uint32, typ uint8, start, length uint64, proc uint32, client string) (uint8, error) {
-	var b enc
-	b.u32(fid)
-	b.u8(typ)
-	b.u32(0) // never P9_LOCK_FLAGS_BLOCK: a request must not wait on the server
-	b.u64(start)
-	b.u64(length)
-	b.u32(proc)
-	b.str(client)
-	d, err := c.rpc(tLock, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	b.U8(typ)
+	b.U32(0) // never P9_LOCK_FLAGS_BLOCK: a request must not wait on the server
+	b.U64(start)
+	b.U64(length)
+	b.U32(proc)
+	b.Str(client)
+	d, err := c.rpc(p9wire.Tlock, b.B)
 	if err != nil {
-		return lockError, err
+		return p9wire.LockError, err
 	}
-	st := d.u8()
-	if d.err != nil {
-		c.fail(errProto)
-		return lockError, errLost
+	st := d.U8()
+	if d.Err != nil {
+		c.fail(p9wire.ErrProto)
+		return p9wire.LockError, errLost
 	}
 	return st, nil
 }
 
 // wireLock maps a lock to Tlock's type, start and length (0: to the end).
 func wireLock(lk *layer.Lock) (uint8, uint64, uint64) {
-	typ := uint8(lockUnlock)
+	typ := uint8(p9wire.LockUnlock)
 	switch lk.Type {
 	case syscall.F_RDLCK:
-		typ = lockRead
+		typ = p9wire.LockRead
 	case syscall.F_WRLCK:
-		typ = lockWrite
+		typ = p9wire.LockWrite
 	}
 	if lk.Flock {
 		return typ, 0, 0
@@ -257,10 +258,10 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 			return errno(err)
 		}
 		switch st {
-		case lockSuccess:
+		case p9wire.LockSuccess:
 			o := lockOwner{owner, lk.Flock}
 			h.mu.Lock()
-			if typ != lockUnlock {
+			if typ != p9wire.LockUnlock {
 				if h.owners == nil {
 					h.owners = map[lockOwner]bool{}
 				}
@@ -270,7 +271,7 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 			}
 			h.mu.Unlock()
 			return 0
-		case lockBlocked, lockGrace:
+		case p9wire.LockBlocked, p9wire.LockGrace:
 			if !wait {
 				return syscall.EAGAIN
 			}
@@ -313,29 +314,29 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		return syscall.EIO
 	}
 	typ, start, length := wireLock(lk)
-	if typ == lockUnlock {
+	if typ == p9wire.LockUnlock {
 		return syscall.EINVAL
 	}
 	if !h.fs.noGetlock.Load() {
-		var b enc
-		b.u32(fid)
-		b.u8(typ)
-		b.u64(start)
-		b.u64(length)
-		b.u32(h.fs.proc(owner))
-		b.str(h.fs.clientID)
-		d, err := c.rpc(tGetlock, b.b)
+		var b p9wire.Enc
+		b.U32(fid)
+		b.U8(typ)
+		b.U64(start)
+		b.U64(length)
+		b.U32(h.fs.proc(owner))
+		b.Str(h.fs.clientID)
+		d, err := c.rpc(p9wire.Tgetlock, b.B)
 		if err == nil {
-			rtyp, rstart, rlen := d.u8(), d.u64(), d.u64()
-			if d.err != nil {
+			rtyp, rstart, rlen := d.U8(), d.U64(), d.U64()
+			if d.Err != nil {
 				return syscall.EIO
 			}
-			if rtyp == lockUnlock {
+			if rtyp == p9wire.LockUnlock {
 				lk.Type = syscall.F_UNLCK
 				return 0
 			}
 			lk.Type = syscall.F_WRLCK
-			if rtyp == lockRead {
+			if rtyp == p9wire.LockRead {
 				lk.Type = syscall.F_RDLCK
 			}
 			lk.Start, lk.End = rstart, math.MaxUint64
@@ -362,10 +363,10 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		return errno(err)
 	}
 	switch st {
-	case lockSuccess:
-		c.lock(pfid, lockUnlock, start, length, proc, h.fs.clientID)
+	case p9wire.LockSuccess:
+		c.lock(pfid, p9wire.LockUnlock, start, length, proc, h.fs.clientID)
 		lk.Type = syscall.F_UNLCK
-	case lockBlocked, lockGrace:
+	case p9wire.LockBlocked, p9wire.LockGrace:
 		lk.Type = syscall.F_WRLCK
 		lk.Pid = 0
 	default:

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // node is a remote file. It holds no fid of its own identity: a fid per
@@ -102,7 +103,7 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, layer.Errno) {
 		}
 		return 0, errno(err)
 	}
-	if q.path != n.tok.Ino {
+	if q.Path != n.tok.Ino {
 		c.clunk(fid)
 		return 0, syscall.ESTALE // the path names another file now
 	}
@@ -225,8 +226,8 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, out *layer.Attr) (*
 		c.clunk(fid)
 		return nil, errno(err)
 	}
-	*out = ra.attr
-	ch := &node{fs: n.fs, tok: ra.token(), fids: map[uint32]*nodeFid{uid: {c, fid}}}
+	*out = ra.Attr
+	ch := &node{fs: n.fs, tok: token(&ra), fids: map[uint32]*nodeFid{uid: {c, fid}}}
 	n.adopt(name, ch)
 	return ch, 0
 }
@@ -240,7 +241,7 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 	if err != nil {
 		return errno(err)
 	}
-	*out = ra.attr
+	*out = ra.Attr
 	return 0
 }
 
@@ -262,7 +263,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	}
 	var valid, mode uint32
 	if in.Valid&layer.SetMode != 0 {
-		valid |= setattrMode
+		valid |= p9wire.SetattrMode
 		mode = in.Mode & 0o7777
 	} else if in.Valid&layer.SetKillSuidgid != 0 {
 		// 9P cannot ask for it: clear the bits as a write by the caller
@@ -272,56 +273,56 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		if err != nil {
 			return errno(err)
 		}
-		m := ra.attr.Mode
+		m := ra.Attr.Mode
 		kill := uint32(unix.S_ISUID)
 		if m&0o010 != 0 {
 			kill |= unix.S_ISGID
 		}
 		if m&unix.S_IFMT == unix.S_IFREG && m&kill != 0 {
-			valid |= setattrMode
+			valid |= p9wire.SetattrMode
 			mode = m & 0o7777 &^ kill
 		}
 	}
 	if in.Valid&layer.SetUid != 0 {
-		valid |= setattrUID
+		valid |= p9wire.SetattrUID
 	}
 	if in.Valid&layer.SetGid != 0 {
-		valid |= setattrGID
+		valid |= p9wire.SetattrGID
 	}
 	if in.Valid&layer.SetSize != 0 {
-		valid |= setattrSize
+		valid |= p9wire.SetattrSize
 	}
 	var atime, mtime [2]uint64
 	switch {
 	case in.Valid&layer.SetAtimeNow != 0:
-		valid |= setattrAtime // without _SET: the server's now
+		valid |= p9wire.SetattrAtime // without _SET: the server's now
 	case in.Valid&layer.SetAtime != 0:
-		valid |= setattrAtime | setattrAtimeSet
+		valid |= p9wire.SetattrAtime | p9wire.SetattrAtimeSet
 		atime = [2]uint64{uint64(in.Atime.Unix()), uint64(in.Atime.Nanosecond())}
 	}
 	switch {
 	case in.Valid&layer.SetMtimeNow != 0:
-		valid |= setattrMtime
+		valid |= p9wire.SetattrMtime
 	case in.Valid&layer.SetMtime != 0:
-		valid |= setattrMtime | setattrMtimeSet
+		valid |= p9wire.SetattrMtime | p9wire.SetattrMtimeSet
 		mtime = [2]uint64{uint64(in.Mtime.Unix()), uint64(in.Mtime.Nanosecond())}
 	}
 	if in.Valid&layer.SetCtime != 0 {
-		valid |= setattrCtime
+		valid |= p9wire.SetattrCtime
 	}
 	if valid != 0 {
-		var b enc
-		b.u32(fid)
-		b.u32(valid)
-		b.u32(mode)
-		b.u32(in.Uid)
-		b.u32(in.Gid)
-		b.u64(in.Size)
-		b.u64(atime[0])
-		b.u64(atime[1])
-		b.u64(mtime[0])
-		b.u64(mtime[1])
-		if _, err := c.rpc(tSetattr, b.b); err != nil {
+		var b p9wire.Enc
+		b.U32(fid)
+		b.U32(valid)
+		b.U32(mode)
+		b.U32(in.Uid)
+		b.U32(in.Gid)
+		b.U64(in.Size)
+		b.U64(atime[0])
+		b.U64(atime[1])
+		b.U64(mtime[0])
+		b.U64(mtime[1])
+		if _, err := c.rpc(p9wire.Tsetattr, b.B); err != nil {
 			return errno(err)
 		}
 		kind := layer.Attrs
@@ -334,7 +335,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	if err != nil {
 		return errno(err)
 	}
-	*out = ra.attr
+	*out = ra.Attr
 	return 0
 }
 
@@ -384,38 +385,38 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b enc
-		b.u32(dfid)
-		b.str(name)
-		b.u32(n.newMode(c, dfid, id, mode&0o7777))
-		b.u32(id.gid)
-		_, err := c.rpc(tMkdir, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.Str(name)
+		b.U32(n.newMode(c, dfid, id, mode&0o7777))
+		b.U32(id.gid)
+		_, err := c.rpc(p9wire.Tmkdir, b.B)
 		return err
 	})
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b enc
-		b.u32(dfid)
-		b.str(name)
-		b.u32(mode&unix.S_IFMT | n.newMode(c, dfid, id, mode&0o7777))
-		b.u32(unix.Major(dev))
-		b.u32(unix.Minor(dev))
-		b.u32(id.gid)
-		_, err := c.rpc(tMknod, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.Str(name)
+		b.U32(mode&unix.S_IFMT | n.newMode(c, dfid, id, mode&0o7777))
+		b.U32(unix.Major(dev))
+		b.U32(unix.Minor(dev))
+		b.U32(id.gid)
+		_, err := c.rpc(p9wire.Tmknod, b.B)
 		return err
 	})
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
 	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b enc
-		b.u32(dfid)
-		b.str(name)
-		b.str(string(target))
-		b.u32(id.gid)
-		_, err := c.rpc(tSymlink, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.Str(name)
+		b.Str(string(target))
+		b.U32(id.gid)
+		_, err := c.rpc(p9wire.Tsymlink, b.B)
 		return err
 	})
 }
@@ -430,11 +431,11 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		if e != 0 {
 			return e
 		}
-		var b enc
-		b.u32(dfid)
-		b.u32(tfid)
-		b.str(name)
-		_, err := c.rpc(tLink, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.U32(tfid)
+		b.Str(name)
+		_, err := c.rpc(p9wire.Tlink, b.B)
 		return err
 	})
 	if e == 0 {
@@ -454,19 +455,19 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, errno(err)
 	}
-	var b enc
-	b.u32(hfid)
-	b.str(name)
-	b.u32(wireFlags(flags | unix.O_CREAT))
-	b.u32(n.newMode(c, dfid, id, mode&0o7777))
-	b.u32(id.gid)
-	d, err := c.rpc(tLcreate, b.b)
+	var b p9wire.Enc
+	b.U32(hfid)
+	b.Str(name)
+	b.U32(p9wire.WireFlags(flags | unix.O_CREAT))
+	b.U32(n.newMode(c, dfid, id, mode&0o7777))
+	b.U32(id.gid)
+	d, err := c.rpc(p9wire.Tlcreate, b.B)
 	if err != nil {
 		c.clunk(hfid)
 		return nil, nil, errno(err)
 	}
-	d.qid()
-	iounit := d.u32()
+	d.Qid()
+	iounit := d.U32()
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	ch, e := n.child(c, dfid, id.uid, name, out)
 	if e != 0 {
@@ -477,8 +478,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 			c.clunk(hfid)
 			return nil, nil, errno(err)
 		}
-		*out = ra.attr
-		ch = &node{fs: n.fs, tok: ra.token(), fids: map[uint32]*nodeFid{}}
+		*out = ra.Attr
+		ch = &node{fs: n.fs, tok: token(&ra), fids: map[uint32]*nodeFid{}}
 	}
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	return ch, h, 0
@@ -522,7 +523,7 @@ func (n *node) raiseGone(ctx context.Context, c *conn, dfid, uid uint32, name st
 	ra, err := c.getattr(fid)
 	c.clunk(fid)
 	if err == nil {
-		n.fs.raise(ctx, layer.Attrs, ra.token(), "")
+		n.fs.raise(ctx, layer.Attrs, token(&ra), "")
 	}
 }
 
@@ -605,14 +606,14 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	var b enc
-	b.u32(fid)
-	d, err := c.rpc(tReadlink, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	d, err := c.rpc(p9wire.Treadlink, b.B)
 	if err != nil {
 		return nil, errno(err)
 	}
-	target := d.str()
-	if d.err != nil {
+	target := d.Str()
+	if d.Err != nil {
 		return nil, syscall.EIO
 	}
 	return []byte(target), 0
@@ -628,10 +629,10 @@ func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.
 	if err != nil {
 		return 0, 0, errno(err)
 	}
-	iounit, err = c.lopen(fid, wireFlags(flags))
+	iounit, err = c.lopen(fid, p9wire.WireFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
-		iounit, err = c.lopen(fid, wireFlags(flags&^unix.O_NOATIME))
+		iounit, err = c.lopen(fid, p9wire.WireFlags(flags&^unix.O_NOATIME))
 	}
 	if err != nil {
 		c.clunk(fid)
@@ -673,20 +674,20 @@ func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
 	if e != 0 {
 		return e
 	}
-	var b enc
-	b.u32(fid)
-	d, err := c.rpc(tStatfs, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	d, err := c.rpc(p9wire.Tstatfs, b.B)
 	if err != nil {
 		return errno(err)
 	}
-	d.u32() // type
-	bsize := d.u32()
+	d.U32() // type
+	bsize := d.U32()
 	*out = layer.Statfs{Bsize: bsize, Frsize: bsize}
-	out.Blocks, out.Bfree, out.Bavail = d.u64(), d.u64(), d.u64()
-	out.Files, out.Ffree = d.u64(), d.u64()
-	d.u64() // fsid
-	out.NameLen = d.u32()
-	if d.err != nil {
+	out.Blocks, out.Bfree, out.Bavail = d.U64(), d.U64(), d.U64()
+	out.Files, out.Ffree = d.U64(), d.U64()
+	d.U64() // fsid
+	out.NameLen = d.U32()
+	if d.Err != nil {
 		return syscall.EIO
 	}
 	return 0
@@ -701,12 +702,12 @@ func unsupported(err error) bool {
 // the older Trename, which names the file by a fid.
 func (fs *FS) renameat(c *conn, dfid uint32, name string, ndfid uint32, newName string) error {
 	if !fs.noRenameat.Load() {
-		var b enc
-		b.u32(dfid)
-		b.str(name)
-		b.u32(ndfid)
-		b.str(newName)
-		_, err := c.rpc(tRenameat, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.Str(name)
+		b.U32(ndfid)
+		b.Str(newName)
+		_, err := c.rpc(p9wire.Trenameat, b.B)
 		if !unsupported(err) {
 			return err
 		}
@@ -717,11 +718,11 @@ func (fs *FS) renameat(c *conn, dfid uint32, name string, ndfid uint32, newName 
 		return err
 	}
 	defer c.clunk(fid)
-	var b enc
-	b.u32(fid)
-	b.u32(ndfid)
-	b.str(newName)
-	_, err = c.rpc(tRename, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	b.U32(ndfid)
+	b.Str(newName)
+	_, err = c.rpc(p9wire.Trename, b.B)
 	return err
 }
 
@@ -730,11 +731,11 @@ func (fs *FS) renameat(c *conn, dfid uint32, name string, ndfid uint32, newName 
 // decide alike: Tremove removes either kind).
 func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
 	if !fs.noUnlinkat.Load() {
-		var b enc
-		b.u32(dfid)
-		b.str(name)
-		b.u32(flags)
-		_, err := c.rpc(tUnlinkat, b.b)
+		var b p9wire.Enc
+		b.U32(dfid)
+		b.Str(name)
+		b.U32(flags)
+		_, err := c.rpc(p9wire.Tunlinkat, b.B)
 		if !unsupported(err) {
 			return err
 		}
@@ -749,7 +750,7 @@ func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
 		c.clunk(fid)
 		return err
 	}
-	isDir := ra.attr.Mode&unix.S_IFMT == unix.S_IFDIR
+	isDir := ra.Attr.Mode&unix.S_IFMT == unix.S_IFDIR
 	if isDir != (flags&unix.AT_REMOVEDIR != 0) {
 		c.clunk(fid)
 		if isDir {
@@ -757,9 +758,9 @@ func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
 		}
 		return syscall.ENOTDIR
 	}
-	var b enc
-	b.u32(fid)
-	_, err = c.rpc(tRemove, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	_, err = c.rpc(p9wire.Tremove, b.B)
 	if err == nil || !errors.Is(err, errLost) {
 		c.putFid(fid) // Tremove clunks, whatever it answers
 	}

@@ -131,7 +131,7 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 		c.close()
 		return nil, fmt.Errorf("9p getattr of the root: %w", err)
 	}
-	root := &node{fs: fs, tok: ra.token(), isRoot: true, fids: map[uint32]*nodeFid{}}
+	root := &node{fs: fs, tok: token(&ra), isRoot: true, fids: map[uint32]*nodeFid{}}
 	return root, nil
 }
 

@@ -5,24 +5,25 @@ import (
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // xattrwalk opens name's value (the list of names for "") on a new fid
 // and returns its size.
 func (c *conn) xattrwalk(fid uint32, name string) (uint32, uint64, error) {
 	nf := c.newFid()
-	var b enc
-	b.u32(fid)
-	b.u32(nf)
-	b.str(name)
-	d, err := c.rpc(tXattrwalk, b.b)
+	var b p9wire.Enc
+	b.U32(fid)
+	b.U32(nf)
+	b.Str(name)
+	d, err := c.rpc(p9wire.Txattrwalk, b.B)
 	if err != nil {
 		c.putFid(nf)
 		return 0, 0, err
 	}
-	size := d.u64()
-	if d.err != nil {
-		c.fail(errProto)
+	size := d.U64()
+	if d.Err != nil {
+		c.fail(p9wire.ErrProto)
 		return 0, 0, errLost
 	}
 	return nf, size, nil
@@ -89,12 +90,12 @@ func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags 
 	if err != nil {
 		return errno(err)
 	}
-	var b enc
-	b.u32(xfid)
-	b.str(name)
-	b.u64(uint64(len(value)))
-	b.u32(flags)
-	if _, err := c.rpc(tXattrcreate, b.b); err != nil {
+	var b p9wire.Enc
+	b.U32(xfid)
+	b.Str(name)
+	b.U64(uint64(len(value)))
+	b.U32(flags)
+	if _, err := c.rpc(p9wire.Txattrcreate, b.B); err != nil {
 		c.clunk(xfid)
 		return errno(err)
 	}
