@@ -4,27 +4,28 @@ import (
 	"context"
 	"io"
 	"sync"
-
-	"github.com/hugelgupf/p9/linux"
-	"github.com/hugelgupf/p9/p9"
+	"syscall"
 
 	"github.com/shalefs/shale/layer"
 )
 
-// conn is one client connection: the files its fids refer to and the
-// layer nodes they hold.
+// conn is one client connection: its fids, the requests in flight by tag,
+// and the layer nodes its fids hold.
 type conn struct {
-	s   *Server
-	id  uint64
-	rw  io.ReadWriteCloser
-	ctx context.Context
+	s      *Server
+	id     uint64
+	rw     io.ReadWriteCloser
+	ctx    context.Context // ends with the connection: requests' parent
+	base   context.Context // ctx without its end: for releases after it
+	msize  uint32          // guarded by wmu once requests run
+	wmu    sync.Mutex      // one reply on the wire at a time
+	slots  chan struct{}   // bounds the requests served at once
+	flight sync.WaitGroup  // requests in flight
 
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec
-	files map[*file]struct{} // live files: not yet released
-	// lingering are files the library Closed while they may still be in
-	// use (file.xattrWalked): released when the connection ends.
-	lingering []*file
+	fids  map[uint32]*file
+	tags  map[uint16]*req
 }
 
 // nodeKey names a file of one root's stack: roots may be different layers
@@ -34,7 +35,7 @@ type nodeKey struct {
 	tok layer.Token
 }
 
-// nodeRec is a layer node shared by every file of the connection that
+// nodeRec is a layer node shared by every fid of the connection that
 // refers to its token: a node is Forgotten once, when the last goes.
 type nodeRec struct {
 	key    nodeKey
@@ -43,8 +44,8 @@ type nodeRec struct {
 	pinned bool // a root: the server's caller owns it
 }
 
-// hold returns the record for n, a node that a Lookup, Create or Open of
-// root r gave; a node the connection already holds under n's token keeps
+// hold returns the record for n, a node that a Lookup or Create of root r
+// gave; a node the connection already holds under n's token keeps
 // serving, and n is Forgotten.
 func (c *conn) hold(r *root, n layer.Node) *nodeRec {
 	k := nodeKey{r, n.Token()}
@@ -79,8 +80,21 @@ func (c *conn) holdRoot(r *root) *nodeRec {
 	return rec
 }
 
-// drop releases one reference to rec.
-func (c *conn) drop(rec *nodeRec) {
+// ref takes one more reference to p's node.
+func (c *conn) ref(p pos) {
+	if p.rec != nil {
+		c.mu.Lock()
+		p.rec.refs++
+		c.mu.Unlock()
+	}
+}
+
+// unref releases one reference to p's node.
+func (c *conn) unref(p pos) {
+	rec := p.rec
+	if rec == nil {
+		return
+	}
 	c.mu.Lock()
 	rec.refs--
 	gone := rec.refs == 0
@@ -93,59 +107,68 @@ func (c *conn) drop(rec *nodeRec) {
 	}
 }
 
-// add registers a new file, unless the connection holds MaxFids already.
-func (c *conn) add(f *file) error {
+// fid returns the file of fid, or EBADF.
+func (c *conn) fid(fid uint32) (*file, syscall.Errno) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.files) >= c.s.opts.MaxFids {
-		return linux.EMFILE
+	if f, ok := c.fids[fid]; ok {
+		return f, 0
 	}
-	c.files[f] = struct{}{}
-	return nil
+	return nil, syscall.EBADF
 }
 
-// full tells whether a new file would pass MaxFids, before making one
-// costs a change (Create).
+// full tells whether a new fid would pass MaxFids, before making one
+// costs a change (walks, attaches).
 func (c *conn) full() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.files) >= c.s.opts.MaxFids
+	return len(c.fids) >= c.s.opts.MaxFids
 }
 
-// releaseAll releases every file left when the connection has ended:
-// the library has clunked every fid, so none should be; this is the
-// guarantee that a connection's end leaves nothing.
+// bind makes f the file of fid: a new fid, unless MaxFids are held, or
+// the replacement of old (a walk of a fid onto itself).
+func (c *conn) bind(fid uint32, f *file, old *file) syscall.Errno {
+	c.mu.Lock()
+	cur, used := c.fids[fid]
+	switch {
+	case used && cur != old || !used && old != nil:
+		c.mu.Unlock()
+		return syscall.EBADF
+	case !used && len(c.fids) >= c.s.opts.MaxFids:
+		c.mu.Unlock()
+		return syscall.EMFILE
+	}
+	c.fids[fid] = f
+	c.mu.Unlock()
+	if old != nil {
+		old.release()
+	}
+	return 0
+}
+
+// unbind forgets fid and returns its file, which the caller releases.
+func (c *conn) unbind(fid uint32) (*file, syscall.Errno) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.fids[fid]
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	delete(c.fids, fid)
+	return f, 0
+}
+
+// releaseAll releases every fid: at the connection's end, and at a
+// Tversion, which starts the session again.
 func (c *conn) releaseAll() {
 	c.mu.Lock()
-	fs := make([]*file, 0, len(c.files))
-	for f := range c.files {
+	fs := make([]*file, 0, len(c.fids))
+	for _, f := range c.fids {
 		fs = append(fs, f)
 	}
-	fs = append(fs, c.lingering...)
-	clear(c.files)
-	c.lingering = nil
+	clear(c.fids)
 	c.mu.Unlock()
 	for _, f := range fs {
 		f.release()
 	}
-}
-
-// live returns the numbers of files and node records the connection
-// holds (tests).
-func (c *conn) live() (files, nodes int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.files), len(c.nodes)
-}
-
-// attacher gives each Tattach of a connection a fresh synthetic root, whose
-// names are identity names.
-type attacher struct{ c *conn }
-
-func (a attacher) Attach() (p9.File, error) {
-	f := &file{c: a.c}
-	if err := a.c.add(f); err != nil {
-		return nil, err
-	}
-	return f, nil
 }

@@ -11,49 +11,50 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/hugelgupf/p9/linux"
-	"github.com/hugelgupf/p9/p9"
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
-	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/p9wire"
 )
 
-// file is what the library's fids refer to. It is one of:
-//
-//   - an attach root (who == nil): the synthetic directory Attach returns,
-//     whose only names are identity names;
-//   - a synthetic directory (rec == nil): the level below an identity when
-//     there is no default root, or a component of root names with '/';
-//   - a node of a root (rec != nil).
-//
-// Files at the top of the tree (mounts) resolve root names before the
-// names of their node: that is how an attach name reaches its root.
-type file struct {
-	c      *conn
-	who    *layer.Caller   // nil for an attach root
-	ctx    context.Context // carries who, with r's view
-	r      *root           // nil for synthetic files
+// pos is a place in a connection's tree: a node of a root (rec != nil),
+// or a synthetic directory above roots whose names have a '/' (or above
+// them all when there is no default root).
+type pos struct {
+	r      *root
 	rec    *nodeRec
 	mode   uint32 // the type bits, for QIDs
-	mounts bool   // names resolve to roots first, from mnt
+	mounts bool   // names resolve to roots first, from mnt: the top of the tree
 	mnt    string
+	name   string // how it was reached from the position above
+}
+
+// walkState is where a walk is: a position and the ones above it, up to
+// the attach's, each holding a reference to its node.
+type walkState struct {
+	at pos
+	up []pos
+}
+
+// file is the state of one fid.
+type file struct {
+	c   *conn
+	who layer.Caller
+	pos
+	up []pos // for "..", Trename and Tremove
 
 	released bool // guarded by c.mu
 
-	// What works around hugelgupf/p9 v0.3.0's count of xattr fids (see
-	// xattrWalked): guarded by c.mu.
-	parent      *file // the file the library holds as this one's parent fid
-	extraCloses int   // Closes still to come from xattr fids sharing f
-	lingers     bool  // the library may Close f while it is in use
-
-	// mu orders operations (read) before release (write).
+	// mu orders operations (read), and the ones that change what the fid
+	// is, and its release (write).
 	mu     sync.RWMutex
 	opened bool
 	h      layer.Handle
 	d      layer.DirStream
+	xval   []byte    // a Txattrwalk's value or name list
+	xset   *xattrSet // what Txattrcreate gathers
 
-	dmu  sync.Mutex // the directory stream's position
+	smu  sync.Mutex // the directory stream's position, the xattr being set
 	dpos uint64     // offset the stream is at: the Off of the last entry sent
 	pend *layer.DirEntry
 
@@ -61,45 +62,43 @@ type file struct {
 	owners []uint64 // lock owners that took locks through h
 }
 
-var _ p9.File = (*file)(nil)
-
-// Close is the library's last reference going, or one it miscounted
-// (xattrWalked).
-func (f *file) Close() error {
-	f.c.mu.Lock()
-	if f.extraCloses > 0 {
-		f.extraCloses--
-		f.c.mu.Unlock()
-		return nil
-	}
-	delete(f.c.files, f)
-	if f.lingers {
-		f.c.lingering = append(f.c.lingering, f)
-		f.c.mu.Unlock()
-		return nil
-	}
-	f.c.mu.Unlock()
-	f.release()
-	return nil
+// xattrSet is a value being set: Twrites fill it, Tclunk sets it.
+type xattrSet struct {
+	name  string
+	flags uint32
+	val   []byte
 }
 
-// xattrWalked accounts for an xattr fid the library is about to make of f
-// (after a GetXattr or ListXattrs, and only then, it does). It shares f's
-// File without a reference, so clunking it Closes f once more than f's own
-// fids do; and it drops a reference on f's parent fid it never took, so the
-// parent, and from there its ancestors, may be Closed while still in use.
-// Those then linger, served as before, until the connection ends.
-func (f *file) xattrWalked() {
+// opCtx is ctx carrying f's caller, through its root's view.
+func (f *file) opCtx(ctx context.Context) context.Context { return callerCtx(ctx, f.who, f.r) }
+
+// use starts an operation on f, exclusive if it changes f: false if f has
+// been released. done ends it.
+func (f *file) use(excl bool) bool {
+	if excl {
+		f.mu.Lock()
+	} else {
+		f.mu.RLock()
+	}
 	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	f.extraCloses++
-	for p := f.parent; p != nil && !p.lingers; p = p.parent {
-		p.lingers = true
+	ok := !f.released
+	f.c.mu.Unlock()
+	if !ok {
+		f.done(excl)
+	}
+	return ok
+}
+
+func (f *file) done(excl bool) {
+	if excl {
+		f.mu.Unlock()
+	} else {
+		f.mu.RUnlock()
 	}
 }
 
 // release gives back everything f holds: the POSIX locks of the owners
-// that locked through it, its handle or directory stream, its node.
+// that locked through it, its handle or directory stream, its nodes.
 func (f *file) release() {
 	f.c.mu.Lock()
 	if f.released {
@@ -112,516 +111,473 @@ func (f *file) release() {
 	h, d := f.h, f.d
 	f.h, f.d = nil, nil
 	f.mu.Unlock()
+	// The connection may have ended: what is given back is not cancelled.
+	ctx := f.opCtx(f.c.base)
 	if h != nil {
 		f.omu.Lock()
 		owners := f.owners
 		f.owners = nil
 		f.omu.Unlock()
 		for _, o := range owners {
-			h.Flush(f.ctx, o)
+			h.Flush(ctx, o)
 		}
-		h.Release(f.ctx)
+		h.Release(ctx)
 	}
 	if d != nil {
 		d.Close()
 	}
-	if f.rec != nil {
-		f.c.drop(f.rec)
+	f.c.unref(f.pos)
+	for _, p := range f.up {
+		f.c.unref(p)
 	}
 }
 
-// use starts an operation on f: false if f has been released (by the
-// library's miscount or the connection's end), which it then answers
-// EBADF. done ends it.
-func (f *file) use() bool {
-	f.mu.RLock()
-	f.c.mu.Lock()
-	ok := !f.released
-	f.c.mu.Unlock()
-	if !ok {
-		f.mu.RUnlock()
-	}
-	return ok
-}
-
-func (f *file) done() { f.mu.RUnlock() }
-
-// errno turns a layer's error into the library's, which it sends as is:
-// a syscall.Errno would be mapped through os errors first, which turns
-// EPERM into EACCES and ENOTEMPTY into EEXIST.
-func errno(e syscall.Errno) error {
-	if e == 0 {
-		return nil
-	}
-	return linux.Errno(e)
-}
-
-// node returns f's layer node, or the error for a synthetic file.
-func (f *file) node() (layer.Node, error) {
+// node returns f's layer node, or err for a synthetic directory.
+func (f *file) node(err syscall.Errno) (layer.Node, syscall.Errno) {
 	if f.rec == nil {
-		return nil, linux.EROFS
-	}
-	return f.rec.n, nil
-}
-
-// newFile makes the file of a node below f (or of a root), registered with
-// the connection. rec is consumed.
-func (f *file) newFile(r *root, rec *nodeRec, mode uint32, mounts bool, mnt string) (*file, error) {
-	nf := &file{c: f.c, who: f.who, ctx: f.c.callerCtx(f.who, r), r: r, rec: rec, mode: mode & syscall.S_IFMT, mounts: mounts, mnt: mnt}
-	if err := f.c.add(nf); err != nil {
-		if rec != nil {
-			f.c.drop(rec)
-		}
 		return nil, err
 	}
-	return nf, nil
+	return f.rec.n, 0
 }
 
-// callerCtx is the context of the operations of a file of root r for who.
-func (c *conn) callerCtx(who *layer.Caller, r *root) context.Context {
-	if who == nil {
-		return c.ctx
+// createGid is the caller for an operation that makes an object with 9P's
+// gid argument: the caller's gid for it if the caller is in that group.
+func (f *file) createCtx(ctx context.Context, gid uint32) context.Context {
+	if gid == p9wire.NoUID || gid == f.who.Gid {
+		return ctx
 	}
-	w := *who
-	if r != nil {
-		w.View = r.view
+	if f.who.Uid != 0 && !slices.Contains(f.who.Supp, gid) {
+		return ctx
 	}
-	return layer.WithCaller(c.ctx, w)
+	w := f.who
+	w.Gid = gid
+	return callerCtx(ctx, w, f.r)
 }
 
-// createCtx is ctx for an operation that makes an object with 9P's gid
-// argument: the caller's gid for it if the caller is in that group.
-func (f *file) createCtx(gid p9.GID) context.Context {
-	if !gid.Ok() || f.who == nil || uint32(gid) == f.who.Gid {
-		return f.ctx
-	}
-	if f.who.Uid != 0 && !slices.Contains(f.who.Supp, uint32(gid)) {
-		return f.ctx
-	}
-	w := *f.who
-	w.Gid = uint32(gid)
-	if f.r != nil {
-		w.View = f.r.view
-	}
-	return layer.WithCaller(f.c.ctx, w)
-}
-
-func qidOf(tok layer.Token, mode uint32) p9.QID {
+func qidOf(tok layer.Token, mode uint32) p9wire.Qid {
 	// Version stays 0: file versions come with the journal.
-	return p9.QID{Type: p9.FileMode(mode).QIDType(), Path: tok.Ino}
+	return p9wire.Qid{Type: p9wire.QidType(mode), Path: tok.Ino}
 }
 
 // synthQID is the QID of a synthetic directory: far from any inode number.
-func synthQID(mnt string) p9.QID {
-	return p9.QID{Type: p9.TypeDir, Path: xxhash.Sum64String("\x00"+mnt) | 1<<63}
+func synthQID(mnt string) p9wire.Qid {
+	return p9wire.Qid{Type: p9wire.QTDir, Path: xxhash.Sum64String("\x00"+mnt) | 1<<63}
 }
 
-var fullMask = p9.AttrMask{Mode: true, NLink: true, UID: true, GID: true, RDev: true, ATime: true, MTime: true, CTime: true, INo: true, Size: true, Blocks: true, Gen: true}
-
-func toAttr(a *layer.Attr, tok layer.Token) p9.Attr {
-	return p9.Attr{
-		Mode: p9.FileMode(a.Mode), UID: p9.UID(a.Uid), GID: p9.GID(a.Gid),
-		NLink: p9.NLink(a.Nlink), RDev: p9.Dev(a.Rdev), Size: a.Size,
-		BlockSize: uint64(a.Blksize), Blocks: a.Blocks,
-		ATimeSeconds: uint64(a.Atime.Unix()), ATimeNanoSeconds: uint64(a.Atime.Nanosecond()),
-		MTimeSeconds: uint64(a.Mtime.Unix()), MTimeNanoSeconds: uint64(a.Mtime.Nanosecond()),
-		CTimeSeconds: uint64(a.Ctime.Unix()), CTimeNanoSeconds: uint64(a.Ctime.Nanosecond()),
-		Gen: tok.Gen,
+func (p *pos) qid() p9wire.Qid {
+	if p.rec == nil {
+		return synthQID(p.mnt)
 	}
+	return qidOf(p.rec.n.Token(), p.mode)
 }
 
-var synthAttr = p9.Attr{Mode: p9.ModeDirectory | 0o555, NLink: 2}
-
-// Walk walks zero names (a copy of f) or one; the library never asks more.
-func (f *file) Walk(names []string) ([]p9.QID, p9.File, error) {
-	qids, nf, _, _, err := f.WalkGetAttr(names)
-	return qids, nf, err
-}
-
-func (f *file) WalkGetAttr(names []string) ([]p9.QID, p9.File, p9.AttrMask, p9.Attr, error) {
-	if !f.use() {
-		return nil, nil, p9.AttrMask{}, p9.Attr{}, linux.EBADF
+// walk walks names from f to a new file, which is nil when the walk
+// stops short (the QIDs then are those of the names that were found).
+func (f *file) walk(ctx context.Context, names []string) (*file, []p9wire.Qid, syscall.Errno) {
+	if len(names) > 0 && f.full() {
+		return nil, nil, syscall.EMFILE
 	}
-	defer f.done()
-	switch len(names) {
-	case 0:
-		nf, err := f.clone()
-		if err != nil {
-			return nil, nil, p9.AttrMask{}, p9.Attr{}, err
+	w := walkState{at: f.pos, up: slices.Clone(f.up)}
+	w.at.name = f.name
+	f.c.ref(w.at)
+	for _, p := range w.up {
+		f.c.ref(p)
+	}
+	w, qids, e := f.walkFrom(ctx, w, names)
+	if e != 0 || len(qids) < len(names) {
+		return nil, qids, e
+	}
+	return &file{c: f.c, who: f.who, pos: w.at, up: w.up}, qids, 0
+}
+
+// full tells whether the connection holds MaxFids: walks would be vain.
+func (f *file) full() bool { return f.c.full() }
+
+// walkFrom walks names from w, whose references it takes: all of them
+// (the state it returns holds them), some (the walk stops short, and
+// returns the QIDs of the names found, releasing the rest) or none (an
+// error: the first name is not there).
+func (f *file) walkFrom(ctx context.Context, w walkState, names []string) (walkState, []p9wire.Qid, syscall.Errno) {
+	var qids []p9wire.Qid
+	for i, name := range names {
+		switch name {
+		case ".":
+		case "..":
+			if n := len(w.up); n > 0 { // never above the attach
+				f.c.unref(w.at)
+				w.at, w.up = w.up[n-1], w.up[:n-1]
+			}
+		default:
+			nx, e := f.step(ctx, w.at, name)
+			if e != 0 {
+				f.c.unref(w.at)
+				for _, p := range w.up {
+					f.c.unref(p)
+				}
+				if i == 0 {
+					return walkState{}, nil, e
+				}
+				return walkState{}, qids, 0
+			}
+			w.up = append(w.up, w.at)
+			w.at = nx
 		}
-		nf.parent = f.parent // as the library's copy of the fid
-		_, mask, attr, err := nf.getAttr()
-		if err != nil {
-			nf.Close()
-			return nil, nil, p9.AttrMask{}, p9.Attr{}, err
-		}
-		return nil, nf, mask, attr, nil
-	case 1:
-		nf, qid, attr, err := f.walk(names[0])
-		if err != nil {
-			return nil, nil, p9.AttrMask{}, p9.Attr{}, err
-		}
-		nf.parent = f
-		return []p9.QID{qid}, nf, fullMask, attr, nil
+		qids = append(qids, w.at.qid())
 	}
-	return nil, nil, p9.AttrMask{}, p9.Attr{}, linux.EINVAL
+	return w, qids, 0
 }
 
-// clone makes another file of what f is, unopened.
-func (f *file) clone() (*file, error) {
-	nf := &file{c: f.c, who: f.who, ctx: f.ctx, r: f.r, rec: f.rec, mode: f.mode, mounts: f.mounts, mnt: f.mnt}
-	if err := f.c.add(nf); err != nil {
-		return nil, err
+// step finds name below p: a root or a synthetic directory at the top of
+// the tree, else a child of p's node.
+func (f *file) step(ctx context.Context, p pos, name string) (pos, syscall.Errno) {
+	if name == "" || strings.Contains(name, "/") {
+		return pos{}, syscall.ENOENT
 	}
-	if nf.rec != nil {
-		f.c.mu.Lock()
-		nf.rec.refs++
-		f.c.mu.Unlock()
-	}
-	return nf, nil
-}
-
-// walk finds name below f.
-func (f *file) walk(name string) (*file, p9.QID, p9.Attr, error) {
 	s := f.c.s
-	if f.who == nil {
-		uid, ok := p9net.ParseIdentity(name)
-		if !ok {
-			return nil, p9.QID{}, p9.Attr{}, linux.ENOENT
-		}
-		who := s.caller(uid)
-		// f is the attach root: its files are the caller's.
-		top := &file{c: f.c, who: &who}
-		return top.mount("")
-	}
-	if f.mounts {
+	if p.mounts {
 		full := name
-		if f.mnt != "" {
-			full = f.mnt + "/" + name
+		if p.mnt != "" {
+			full = p.mnt + "/" + name
 		}
-		if _, ok := s.roots[full]; ok {
-			return f.mount(full)
-		}
-		if _, ok := s.prefixes[full]; ok {
-			return f.mount(full)
+		_, isRoot := s.roots[full]
+		_, isPrefix := s.prefixes[full]
+		if isRoot || isPrefix {
+			np, e := f.mount(ctx, full)
+			np.name = name
+			return np, e
 		}
 	}
-	n, err := f.node()
-	if err != nil {
-		return nil, p9.QID{}, p9.Attr{}, linux.ENOENT
-	}
-	if f.c.full() {
-		return nil, p9.QID{}, p9.Attr{}, linux.EMFILE
+	if p.rec == nil {
+		return pos{}, syscall.ENOENT
 	}
 	var a layer.Attr
-	cn, e := n.Lookup(f.ctx, name, &a)
+	cn, e := p.rec.n.Lookup(callerCtx(ctx, f.who, p.r), name, &a)
 	if e != 0 {
-		return nil, p9.QID{}, p9.Attr{}, errno(e)
+		return pos{}, e
 	}
-	tok := cn.Token()
-	nf, err := f.newFile(f.r, f.c.hold(f.r, cn), a.Mode, false, "")
-	if err != nil {
-		return nil, p9.QID{}, p9.Attr{}, err
-	}
-	return nf, qidOf(tok, a.Mode), toAttr(&a, tok), nil
+	return pos{r: p.r, rec: f.c.hold(p.r, cn), mode: a.Mode & syscall.S_IFMT, name: name}, 0
 }
 
-// mount makes the file at mnt of the top of the tree: the root of that
-// name, or a synthetic directory above roots, for f's caller.
-func (f *file) mount(mnt string) (*file, p9.QID, p9.Attr, error) {
-	s := f.c.s
-	r, ok := s.roots[mnt]
+// mount is the position at mnt of the top of the tree: the root of that
+// name, or a synthetic directory above roots.
+func (f *file) mount(ctx context.Context, mnt string) (pos, syscall.Errno) {
+	r, ok := f.c.s.roots[mnt]
 	if !ok {
-		nf, err := f.newFileFor(f.who, nil, nil, syscall.S_IFDIR, mnt)
-		if err != nil {
-			return nil, p9.QID{}, p9.Attr{}, err
-		}
-		return nf, synthQID(mnt), synthAttr, nil
+		return pos{mode: syscall.S_IFDIR, mounts: true, mnt: mnt}, 0
 	}
 	var a layer.Attr
-	ctx := f.c.callerCtx(f.who, r)
-	if e := r.n.Getattr(ctx, nil, &a); e != 0 {
-		return nil, p9.QID{}, p9.Attr{}, errno(e)
+	if e := r.n.Getattr(callerCtx(ctx, f.who, r), nil, &a); e != 0 {
+		return pos{}, e
 	}
-	nf, err := f.newFileFor(f.who, r, f.c.holdRoot(r), a.Mode, mnt)
-	if err != nil {
-		return nil, p9.QID{}, p9.Attr{}, err
-	}
-	tok := r.n.Token()
-	return nf, qidOf(tok, a.Mode), toAttr(&a, tok), nil
+	return pos{r: r, rec: f.c.holdRoot(r), mode: a.Mode & syscall.S_IFMT, mounts: true, mnt: mnt}, 0
 }
 
-// newFileFor is newFile for a file at the top of the tree, for who.
-func (f *file) newFileFor(who *layer.Caller, r *root, rec *nodeRec, mode uint32, mnt string) (*file, error) {
-	nf := &file{c: f.c, who: who, ctx: f.c.callerCtx(who, r), r: r, rec: rec, mode: mode & syscall.S_IFMT, mounts: true, mnt: mnt}
-	if err := f.c.add(nf); err != nil {
-		if rec != nil {
-			f.c.drop(rec)
+var synthAttr = layer.Attr{Mode: syscall.S_IFDIR | 0o555, Nlink: 2}
+
+func (f *file) getattr(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	d.U64() // the mask: everything is cheap to tell
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	r := p9wire.Rattr{Valid: p9wire.GetattrBasic | p9wire.GetattrGen, Qid: f.qid(), Attr: synthAttr}
+	if f.rec != nil {
+		if e := f.rec.n.Getattr(ctx, f.h, &r.Attr); e != 0 {
+			return e
 		}
-		return nil, err
+		r.Gen = f.rec.n.Token().Gen
 	}
-	return nf, nil
+	m.Getattr(&r)
+	return 0
 }
 
-func (f *file) GetAttr(req p9.AttrMask) (p9.QID, p9.AttrMask, p9.Attr, error) {
-	if !f.use() {
-		return p9.QID{}, p9.AttrMask{}, p9.Attr{}, linux.EBADF
+func (f *file) setattr(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	valid, mode, uid, gid, size := d.U32(), d.U32(), d.U32(), d.U32(), d.U64()
+	asec, ansec, msec, mnsec := d.U64(), d.U64(), d.U64(), d.U64()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	return f.getAttr()
-}
-
-func (f *file) getAttr() (p9.QID, p9.AttrMask, p9.Attr, error) {
-	if f.rec == nil {
-		return synthQID(f.mnt), fullMask, synthAttr, nil
-	}
-	var a layer.Attr
-	if e := f.rec.n.Getattr(f.ctx, f.h, &a); e != 0 {
-		return p9.QID{}, p9.AttrMask{}, p9.Attr{}, errno(e)
-	}
-	tok := f.rec.n.Token()
-	return qidOf(tok, a.Mode), fullMask, toAttr(&a, tok), nil
-}
-
-func (f *file) SetAttr(valid p9.SetAttrMask, attr p9.SetAttr) error {
-	if !f.use() {
-		return linux.EBADF
-	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
 	var s layer.SetAttr
-	if valid.Permissions {
+	if valid&p9wire.SetattrMode != 0 {
 		s.Valid |= layer.SetMode
-		s.Mode = uint32(attr.Permissions) & 0o7777
+		s.Mode = mode & 0o7777
 	}
-	if valid.UID {
+	if valid&p9wire.SetattrUID != 0 {
 		s.Valid |= layer.SetUid
-		s.Uid = uint32(attr.UID)
+		s.Uid = uid
 	}
-	if valid.GID {
+	if valid&p9wire.SetattrGID != 0 {
 		s.Valid |= layer.SetGid
-		s.Gid = uint32(attr.GID)
+		s.Gid = gid
 	}
-	if valid.Size {
+	if valid&p9wire.SetattrSize != 0 {
 		s.Valid |= layer.SetSize
-		s.Size = attr.Size
+		s.Size = size
 	}
 	// ATIME alone is "now"; with ATIME_SET the time given.
-	if valid.ATime {
-		if valid.ATimeNotSystemTime {
+	if valid&p9wire.SetattrAtime != 0 {
+		if valid&p9wire.SetattrAtimeSet != 0 {
 			s.Valid |= layer.SetAtime
-			s.Atime = timeOf(attr.ATimeSeconds, attr.ATimeNanoSeconds)
+			s.Atime = timeOf(asec, ansec)
 		} else {
 			s.Valid |= layer.SetAtimeNow
 		}
 	}
-	if valid.MTime {
-		if valid.MTimeNotSystemTime {
+	if valid&p9wire.SetattrMtime != 0 {
+		if valid&p9wire.SetattrMtimeSet != 0 {
 			s.Valid |= layer.SetMtime
-			s.Mtime = timeOf(attr.MTimeSeconds, attr.MTimeNanoSeconds)
+			s.Mtime = timeOf(msec, mnsec)
 		} else {
 			s.Valid |= layer.SetMtimeNow
 		}
 	}
-	if valid.CTime && s.Valid == 0 {
+	if valid&p9wire.SetattrCtime != 0 && s.Valid == 0 {
 		s.Valid = layer.SetCtime
 	}
 	if s.Valid == 0 {
-		return nil
+		return 0
 	}
 	var out layer.Attr
-	return errno(n.Setattr(f.ctx, f.h, &s, &out))
+	return n.Setattr(ctx, f.h, &s, &out)
 }
 
 func timeOf(sec, nsec uint64) time.Time {
 	return time.Unix(int64(sec), int64(nsec%1e9))
 }
 
-// openFlags maps Tlopen's flags (9P2000.L's, Linux's x86 values) to this
-// system's open(2) flags. Flags that make no sense for a server's
-// descriptor (O_CLOEXEC, O_NOCTTY, O_ASYNC) or that would change how it
-// must be used (O_DIRECT wants aligned buffers) are dropped.
-func openFlags(fl p9.OpenFlags) (uint32, error) {
-	var o uint32
-	switch fl & p9.OpenFlagsModeMask {
-	case p9.ReadOnly:
-		o = unix.O_RDONLY
-	case p9.WriteOnly:
-		o = unix.O_WRONLY
-	case p9.ReadWrite:
-		o = unix.O_RDWR
-	default:
-		return 0, linux.EINVAL
+// openFlags maps Tlopen's flags to this system's open(2) flags. Flags
+// that make no sense for a server's descriptor (O_CLOEXEC, O_NOCTTY,
+// O_ASYNC) or that would change how it must be used (O_DIRECT wants
+// aligned buffers) are dropped, and so are O_CREAT and those about the
+// path, which the walk has resolved.
+func openFlags(w uint32) (uint32, syscall.Errno) {
+	if w&syscall.O_ACCMODE == syscall.O_ACCMODE {
+		return 0, syscall.EINVAL
 	}
-	for _, m := range [...]struct{ dotl, os uint32 }{
-		{0o200, unix.O_EXCL},
-		{0o1000, unix.O_TRUNC},
-		{0o2000, unix.O_APPEND},
-		{0o4000, unix.O_NONBLOCK},
-		{0o10000, unix.O_DSYNC},
-		{0o1000000, unix.O_NOATIME},
-		{0o4000000, unix.O_SYNC},
-	} {
-		if uint32(fl)&m.dotl != 0 {
-			o |= m.os
+	const keep = unix.O_ACCMODE | unix.O_EXCL | unix.O_TRUNC | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_NOATIME | unix.O_SYNC
+	return p9wire.HostFlags(w) & keep, 0
+}
+
+func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	w := d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	fl, e := openFlags(w)
+	if e != 0 {
+		return e
+	}
+	if f.opened || f.xval != nil || f.xset != nil {
+		return syscall.EBADF
+	}
+	if f.rec != nil {
+		// Only regular files and directories: opening a fifo would hang
+		// the server, a device would be the server's, and clients (Linux
+		// v9fs) serve special files themselves.
+		n := f.rec.n
+		switch f.mode {
+		case syscall.S_IFDIR:
+			if f.d, e = n.OpenDir(ctx); e != 0 {
+				return e
+			}
+		case syscall.S_IFREG:
+			if f.h, e = n.Open(ctx, fl); e != 0 {
+				return e
+			}
+		default:
+			return syscall.EINVAL
 		}
 	}
-	return o, nil
+	f.opened = true
+	m.Qid(f.qid())
+	m.U32(0)
+	return 0
 }
 
-func (f *file) Open(mode p9.OpenFlags) (p9.QID, uint32, error) {
-	fl, err := openFlags(mode)
-	if err != nil {
-		return p9.QID{}, 0, err
+// lcreate makes name in f's directory; f becomes the new file, open.
+func (f *file) lcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, w, mode, gid := d.Str(), d.U32(), d.U32(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.c.mu.Lock()
-	released := f.released
-	f.c.mu.Unlock()
-	// An xattr fid shares its file: it is opened once only.
-	if released || f.opened {
-		return p9.QID{}, 0, linux.EBADF
+	fl, e := openFlags(w)
+	if e != 0 {
+		return e
 	}
-	if f.rec == nil {
-		f.opened = true
-		return synthQID(f.mnt), 0, nil
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
-	// Only regular files and directories: opening a fifo would hang the
-	// server, a device would be the server's, and clients (Linux v9fs)
-	// serve special files themselves.
-	if f.mode != syscall.S_IFREG && f.mode != syscall.S_IFDIR {
-		return p9.QID{}, 0, linux.EINVAL
+	if f.opened || f.xval != nil || f.xset != nil {
+		return syscall.EBADF
 	}
-	n := f.rec.n
-	if f.mode == syscall.S_IFDIR {
-		d, e := n.OpenDir(f.ctx)
-		if e != 0 {
-			return p9.QID{}, 0, errno(e)
+	var a layer.Attr
+	cn, h, e := n.Create(f.createCtx(ctx, gid), name, fl|unix.O_CREAT, mode&0o7777, &a)
+	if e != 0 {
+		return e
+	}
+	f.up = append(f.up, f.pos)
+	f.pos = pos{r: f.r, rec: f.c.hold(f.r, cn), mode: a.Mode & syscall.S_IFMT, name: name}
+	f.h, f.opened = h, true
+	m.Qid(f.qid())
+	m.U32(0)
+	return 0
+}
+
+func (f *file) read(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	off, count := d.U64(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	count = min(count, f.c.ioMax())
+	if f.xval != nil {
+		b := f.xval[min(off, uint64(len(f.xval))):]
+		m.Bytes(b[:min(len(b), int(count))])
+		return 0
+	}
+	if f.h == nil || off > math.MaxInt64 {
+		return syscall.EBADF
+	}
+	// Read into the reply, after its count.
+	at := len(m.B)
+	m.B = append(m.B, make([]byte, 4+int(count))...)
+	k, e := f.h.Read(ctx, m.B[at+4:], int64(off))
+	if e != 0 {
+		return e
+	}
+	binary.LittleEndian.PutUint32(m.B[at:], uint32(k))
+	m.B = m.B[:at+4+k]
+	return 0
+}
+
+func (f *file) write(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	off, data := d.U64(), d.Bytes()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	if x := f.xset; x != nil {
+		f.smu.Lock()
+		defer f.smu.Unlock()
+		if off > uint64(len(x.val)) || uint64(len(data)) > uint64(len(x.val))-off {
+			return syscall.EINVAL // past the size Txattrcreate gave
 		}
-		f.d, f.opened = d, true
-	} else {
-		h, e := n.Open(f.ctx, fl)
-		if e != 0 {
-			return p9.QID{}, 0, errno(e)
-		}
-		f.h, f.opened = h, true
+		copy(x.val[off:], data)
+		m.U32(uint32(len(data)))
+		return 0
 	}
-	return qidOf(n.Token(), f.mode), 0, nil
+	if f.h == nil || off > math.MaxInt64 {
+		return syscall.EBADF
+	}
+	k, e := f.h.Write(ctx, data, int64(off))
+	if e != 0 {
+		return e
+	}
+	m.U32(uint32(k))
+	return 0
 }
 
-func (f *file) ReadAt(p []byte, offset int64) (int, error) {
-	if !f.use() {
-		return 0, linux.EBADF
-	}
-	defer f.done()
-	if f.h == nil || offset < 0 {
-		return 0, linux.EBADF
-	}
-	k, e := f.h.Read(f.ctx, p, offset)
-	return k, errno(e)
-}
-
-func (f *file) WriteAt(p []byte, offset int64) (int, error) {
-	if !f.use() {
-		return 0, linux.EBADF
-	}
-	defer f.done()
-	if f.h == nil || offset < 0 {
-		return 0, linux.EBADF
-	}
-	k, e := f.h.Write(f.ctx, p, offset)
-	return k, errno(e)
-}
-
-func (f *file) FSync() error {
-	if !f.use() {
-		return linux.EBADF
-	}
-	defer f.done()
+func (f *file) fsync(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	// datasync[4] is Linux's; some clients (hugelgupf/p9's) send only fid.
+	datasync := len(d.B) >= 4 && d.U32() != 0
 	switch {
 	case f.h != nil:
-		return errno(f.h.Fsync(f.ctx, false))
+		return f.h.Fsync(ctx, datasync)
 	case f.d != nil:
-		return errno(f.d.Fsync(f.ctx, false))
+		return f.d.Fsync(ctx, datasync)
 	}
-	return nil
+	return 0
 }
 
-// direntSize is a Dirent's size on the wire: qid[13] offset[8] type[1]
+// direntSize is a dirent's size on the wire: qid[13] offset[8] type[1]
 // name[s].
 func direntSize(name string) int { return 13 + 8 + 1 + 2 + len(name) }
 
-// Readdir returns the entries after offset that fit in count bytes, so
+// dirent appends an entry to a Rreaddir; its type is the d_type.
+func dirent(m *p9wire.Enc, q p9wire.Qid, off uint64, mode uint32, name string) {
+	m.Qid(q)
+	m.U64(off)
+	m.U8(uint8(mode >> 12))
+	m.Str(name)
+}
+
+// readdir answers the entries after offset that fit in count bytes, so
 // that the stream stops where the reply does. Entries' QIDs are made of
 // DirEntry.Ino and Type, without a Lookup each: Ino is informational in
 // the layers (a generally-named layer's tokens may differ), and clients
 // take inode numbers from walks; a Lookup per entry would cost more than
 // the listing.
-func (f *file) Readdir(offset uint64, count uint32) (p9.Dirents, error) {
-	if !f.use() {
-		return nil, linux.EBADF
+func (f *file) readdir(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	offset, count := d.U64(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
+	count = min(count, f.c.ioMax())
+	at := len(m.B)
+	m.U32(0)
+	var e syscall.Errno
 	if f.rec == nil {
-		if f.who == nil {
-			return nil, nil // an attach root lists nothing: names are identities
+		if !f.opened {
+			return syscall.EBADF
 		}
-		return f.synthReaddir(offset, count)
+		f.synthReaddir(offset, int(count), m)
+	} else {
+		e = f.streamReaddir(ctx, offset, int(count), m)
 	}
+	binary.LittleEndian.PutUint32(m.B[at:], uint32(len(m.B)-at-4))
+	return e
+}
+
+func (f *file) streamReaddir(ctx context.Context, offset uint64, count int, m *p9wire.Enc) syscall.Errno {
 	if f.d == nil {
-		return nil, linux.EBADF
+		return syscall.EBADF
 	}
-	f.dmu.Lock()
-	defer f.dmu.Unlock()
+	f.smu.Lock()
+	defer f.smu.Unlock()
 	if offset != f.dpos {
 		f.pend = nil
-		if e := f.d.Seek(f.ctx, offset); e != 0 {
-			return nil, errno(e)
+		if e := f.d.Seek(ctx, offset); e != 0 {
+			return e
 		}
 		f.dpos = offset
 	}
-	var out p9.Dirents
-	used := 0
-	for {
-		var e layer.DirEntry
+	for used := 0; ; {
+		var ent layer.DirEntry
 		if f.pend != nil {
-			e, f.pend = *f.pend, nil
+			ent, f.pend = *f.pend, nil
 		} else {
 			var ok bool
-			var en syscall.Errno
-			e, ok, en = f.d.Next(f.ctx)
-			if en != 0 {
-				if len(out) > 0 {
-					return out, nil // the error comes again on the next call
+			var e syscall.Errno
+			ent, ok, e = f.d.Next(ctx)
+			if e != 0 {
+				if used > 0 {
+					return 0 // the error comes again on the next call
 				}
-				return nil, errno(en)
+				return e
 			}
 			if !ok {
-				return out, nil
+				return 0
 			}
 		}
-		sz := direntSize(e.Name)
-		if used+sz > int(count) {
-			f.pend = &e
-			if len(out) == 0 {
-				return nil, linux.EINVAL // not even one entry fits
+		sz := direntSize(ent.Name)
+		if used+sz > count {
+			f.pend = &ent
+			if used == 0 {
+				return syscall.EINVAL // not even one entry fits
 			}
-			return out, nil
+			return 0
 		}
 		used += sz
-		t := p9.FileMode(e.Type).QIDType()
-		out = append(out, p9.Dirent{QID: p9.QID{Type: t, Path: e.Ino}, Offset: e.Off, Type: t, Name: e.Name})
-		f.dpos = e.Off
+		dirent(m, p9wire.Qid{Type: p9wire.QidType(ent.Type), Path: ent.Ino}, ent.Off, ent.Type, ent.Name)
+		f.dpos = ent.Off
 	}
 }
 
 // synthReaddir lists a synthetic directory: the next components of the
 // root names below it, offsets counting entries.
-func (f *file) synthReaddir(offset uint64, count uint32) (p9.Dirents, error) {
+func (f *file) synthReaddir(offset uint64, count int, m *p9wire.Enc) {
 	var names []string
 	seen := map[string]bool{}
 	for name := range f.c.s.roots {
@@ -639,11 +595,10 @@ func (f *file) synthReaddir(offset uint64, count uint32) (p9.Dirents, error) {
 		}
 	}
 	slices.Sort(names)
-	var out p9.Dirents
 	used := 0
 	for i := offset; i < uint64(len(names)); i++ {
 		name := names[i]
-		if used += direntSize(name); used > int(count) {
+		if used += direntSize(name); used > count {
 			break
 		}
 		full := name
@@ -652,103 +607,86 @@ func (f *file) synthReaddir(offset uint64, count uint32) (p9.Dirents, error) {
 		}
 		q := synthQID(full)
 		if r, ok := f.c.s.roots[full]; ok {
-			q = p9.QID{Type: p9.TypeDir, Path: r.n.Token().Ino}
+			q = p9wire.Qid{Type: p9wire.QTDir, Path: r.n.Token().Ino}
 		}
-		out = append(out, p9.Dirent{QID: q, Offset: i + 1, Type: q.Type, Name: name})
+		dirent(m, q, i+1, syscall.S_IFDIR, name)
 	}
-	return out, nil
 }
 
-func (f *file) Readlink() (string, error) {
-	if !f.use() {
-		return "", linux.EBADF
+func (f *file) readlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	n, e := f.node(syscall.EINVAL)
+	if e != 0 {
+		return e
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return "", linux.EINVAL
+	b, e := n.Readlink(ctx)
+	if e != 0 {
+		return e
 	}
-	b, e := n.Readlink(f.ctx)
-	return string(b), errno(e)
+	m.Str(string(b))
+	return 0
 }
 
-func (f *file) StatFS() (p9.FSStat, error) {
-	if !f.use() {
-		return p9.FSStat{}, linux.EBADF
-	}
-	defer f.done()
+func (f *file) statfs(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	const v9fsMagic = 0x01021997
-	n, err := f.node()
-	if err != nil {
-		return p9.FSStat{Type: v9fsMagic, BlockSize: 4096, NameLength: 255}, nil
+	s := layer.Statfs{Bsize: 4096, NameLen: 255}
+	if f.rec != nil {
+		if e := f.rec.n.Statfs(ctx, &s); e != 0 {
+			return e
+		}
 	}
-	var s layer.Statfs
-	if e := n.Statfs(f.ctx, &s); e != 0 {
-		return p9.FSStat{}, errno(e)
+	m.U32(v9fsMagic)
+	m.U32(s.Bsize)
+	for _, v := range []uint64{s.Blocks, s.Bfree, s.Bavail, s.Files, s.Ffree, 0} { // 0: fsid
+		m.U64(v)
 	}
-	return p9.FSStat{
-		Type: v9fsMagic, BlockSize: s.Bsize,
-		Blocks: s.Blocks, BlocksFree: s.Bfree, BlocksAvailable: s.Bavail,
-		Files: s.Files, FilesFree: s.Ffree, NameLength: s.NameLen,
-	}, nil
+	m.U32(s.NameLen)
+	return 0
 }
 
 // maxXattr bounds xattr values and lists: Linux's XATTR_SIZE_MAX.
 const maxXattr = 64 << 10
 
-func (f *file) GetXattr(attr string) ([]byte, error) {
-	if !f.use() {
-		return nil, linux.EBADF
+// xattrwalk makes a file of f's xattr name's value, or of its list of
+// names for "".
+func (f *file) xattrwalk(ctx context.Context, name string) (*file, syscall.Errno) {
+	if f.full() {
+		return nil, syscall.EMFILE
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return nil, linux.ENODATA
+	n, e := f.node(syscall.ENODATA)
+	if name == "" && e != 0 {
+		n, e = nil, 0 // a synthetic directory has no xattrs
 	}
-	b, err := sized(func(dest []byte) (int, syscall.Errno) { return n.Getxattr(f.ctx, attr, dest) })
-	if err == nil {
-		f.xattrWalked()
+	if e != 0 {
+		return nil, e
 	}
-	return b, err
-}
-
-func (f *file) ListXattrs() ([]string, error) {
-	if !f.use() {
-		return nil, linux.EBADF
-	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		f.xattrWalked()
-		return nil, nil
-	}
-	b, err := sized(func(dest []byte) (int, syscall.Errno) { return n.Listxattr(f.ctx, dest) })
-	if err != nil {
-		return nil, err
-	}
-	f.xattrWalked()
-	var names []string
-	for name := range strings.SplitSeq(strings.TrimSuffix(string(b), "\x00"), "\x00") {
-		if name != "" {
-			names = append(names, name)
+	val := []byte{}
+	if n != nil {
+		get := func(dest []byte) (int, syscall.Errno) { return n.Getxattr(ctx, name, dest) }
+		if name == "" {
+			get = func(dest []byte) (int, syscall.Errno) { return n.Listxattr(ctx, dest) }
+		}
+		if val, e = sized(get); e != 0 {
+			return nil, e
 		}
 	}
-	return names, nil
+	nf := &file{c: f.c, who: f.who, pos: f.pos, xval: val}
+	f.c.ref(nf.pos)
+	return nf, 0
 }
 
 // sized calls get, which works like getxattr(2), first for the size, then
 // for the bytes; a value that grows in between is asked for again.
-func sized(get func(dest []byte) (int, syscall.Errno)) ([]byte, error) {
+func sized(get func(dest []byte) (int, syscall.Errno)) ([]byte, syscall.Errno) {
 	for range 4 {
 		k, e := get(nil)
 		if e != 0 {
-			return nil, errno(e)
+			return nil, e
 		}
 		if k > maxXattr {
-			return nil, linux.E2BIG
+			return nil, syscall.E2BIG
 		}
 		if k == 0 {
-			return []byte{}, nil
+			return []byte{}, 0
 		}
 		buf := make([]byte, k)
 		k, e = get(buf)
@@ -756,85 +694,108 @@ func sized(get func(dest []byte) (int, syscall.Errno)) ([]byte, error) {
 			continue
 		}
 		if e != 0 {
-			return nil, errno(e)
+			return nil, e
 		}
-		return buf[:k], nil
+		return buf[:k], 0
 	}
-	return nil, linux.ERANGE
+	return nil, syscall.ERANGE
 }
 
-func (f *file) SetXattr(attr string, data []byte, flags p9.XattrFlags) error {
-	if !f.use() {
-		return linux.EBADF
+// xattrcreate makes f the value of xattr name, which Twrites fill and
+// Tclunk sets (commitXattr).
+func (f *file) xattrcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, size, flags := d.Str(), d.U64(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return linux.ENOTSUP
+	if _, e := f.node(syscall.ENOTSUP); e != 0 {
+		return e
 	}
-	return errno(n.Setxattr(f.ctx, attr, data, uint32(flags)))
+	if size > maxXattr {
+		return syscall.E2BIG
+	}
+	if f.opened || f.xval != nil || f.xset != nil {
+		return syscall.EBADF
+	}
+	f.xset = &xattrSet{name: name, flags: flags, val: make([]byte, size)}
+	return 0
 }
 
-func (f *file) RemoveXattr(attr string) error {
-	if !f.use() {
-		return linux.EBADF
+// commitXattr sets the value a Txattrcreate gathered, if f has one. As
+// Linux's client sends it for removexattr(2), a size of 0 removes.
+func (f *file) commitXattr(ctx context.Context) syscall.Errno {
+	if !f.use(true) {
+		return syscall.EBADF
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return linux.ENODATA
+	defer f.done(true)
+	x := f.xset
+	if x == nil {
+		return 0
 	}
-	return errno(n.Removexattr(f.ctx, attr))
+	f.xset = nil
+	if len(x.val) == 0 {
+		return f.rec.n.Removexattr(ctx, x.name)
+	}
+	return f.rec.n.Setxattr(ctx, x.name, x.val, x.flags)
 }
 
 // lockOwner is the layers' lock owner of a 9P client's process: the
 // connection, the client's name (Linux sends its node name) and its pid.
-func (f *file) lockOwner(pid int, client string) uint64 {
+func (f *file) lockOwner(pid uint32, client string) uint64 {
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], f.c.id)
-	binary.LittleEndian.PutUint32(b[8:], uint32(pid))
-	d := xxhash.New()
-	d.Write(b[:])
-	d.WriteString(client)
-	return d.Sum64()
+	binary.LittleEndian.PutUint32(b[8:], pid)
+	h := xxhash.New()
+	h.Write(b[:])
+	h.WriteString(client)
+	return h.Sum64()
 }
 
-// Lock sets or clears a POSIX lock. It never waits: a conflicting request
-// is answered LockStatusBlocked, which Linux's client retries while the
-// process waits (F_SETLKW) or turns into EAGAIN (F_SETLK). Tgetlock, hence
-// F_GETLK, the library answers ENOSYS itself.
-func (f *file) Lock(pid int, locktype p9.LockType, flags p9.LockFlags, start, length uint64, client string) (p9.LockStatus, error) {
-	if !f.use() {
-		return p9.LockStatusError, linux.EBADF
-	}
-	defer f.done()
-	if f.h == nil {
-		return p9.LockStatusError, linux.EBADF
-	}
-	lk := layer.Lock{Start: start, End: math.MaxUint64, Pid: uint32(pid)}
+// wireLock is a Tlock's or Tgetlock's range and type as a layer.Lock.
+func wireLock(typ uint8, start, length uint64, pid uint32) (layer.Lock, syscall.Errno) {
+	lk := layer.Lock{Start: start, End: math.MaxUint64, Pid: pid}
 	if length != 0 {
 		if length-1 > math.MaxUint64-start {
-			return p9.LockStatusError, linux.EINVAL
+			return lk, syscall.EINVAL
 		}
 		lk.End = start + length - 1
 	}
-	switch locktype {
-	case p9.ReadLock:
+	switch typ {
+	case p9wire.LockRead:
 		lk.Type = syscall.F_RDLCK
-	case p9.WriteLock:
+	case p9wire.LockWrite:
 		lk.Type = syscall.F_WRLCK
-	case p9.Unlock:
+	case p9wire.LockUnlock:
 		lk.Type = syscall.F_UNLCK
 	default:
-		return p9.LockStatusError, linux.EINVAL
+		return lk, syscall.EINVAL
+	}
+	return lk, 0
+}
+
+// lock sets or clears a POSIX lock. It never waits: a conflicting request
+// is answered Blocked, which Linux's client retries while the process
+// waits (F_SETLKW) or turns into EAGAIN (F_SETLK).
+func (f *file) lock(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	typ, _, start, length, pid, client := d.U8(), d.U32(), d.U64(), d.U64(), d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	if f.h == nil {
+		return syscall.EBADF
+	}
+	lk, e := wireLock(typ, start, length, pid)
+	if e != 0 {
+		return e
 	}
 	owner := f.lockOwner(pid, client)
-	switch e := f.h.Setlk(f.ctx, owner, &lk, false); e {
+	switch e := f.h.Setlk(ctx, owner, &lk, false); e {
 	case 0:
 	case syscall.EAGAIN:
-		return p9.LockStatusBlocked, nil
+		m.U8(p9wire.LockBlocked)
+		return 0
 	default:
-		return p9.LockStatusError, errno(e)
+		return e
 	}
 	if lk.Type != syscall.F_UNLCK {
 		f.omu.Lock()
@@ -843,157 +804,238 @@ func (f *file) Lock(pid int, locktype p9.LockType, flags p9.LockFlags, start, le
 		}
 		f.omu.Unlock()
 	}
-	return p9.LockStatusOK, nil
+	m.U8(p9wire.LockSuccess)
+	return 0
 }
 
-func (f *file) Create(name string, flags p9.OpenFlags, perms p9.FileMode, uid p9.UID, gid p9.GID) (p9.File, p9.QID, uint32, error) {
-	if !f.use() {
-		return nil, p9.QID{}, 0, linux.EBADF
+// getlock answers the first lock that would conflict with the one asked,
+// or the one asked as an unlock when none does (F_GETLK).
+func (f *file) getlock(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	typ, start, length, pid, client := d.U8(), d.U64(), d.U64(), d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return nil, p9.QID{}, 0, err
+	if f.h == nil {
+		return syscall.EBADF
 	}
-	fl, err := openFlags(flags)
-	if err != nil {
-		return nil, p9.QID{}, 0, err
-	}
-	if f.c.full() {
-		return nil, p9.QID{}, 0, linux.EMFILE
-	}
-	var a layer.Attr
-	cn, h, e := n.Create(f.createCtx(gid), name, fl|unix.O_CREAT, uint32(perms)&0o7777, &a)
+	lk, e := wireLock(typ, start, length, pid)
 	if e != 0 {
-		return nil, p9.QID{}, 0, errno(e)
+		return e
 	}
-	tok := cn.Token()
-	nf, err := f.newFile(f.r, f.c.hold(f.r, cn), a.Mode, false, "")
-	if err != nil {
-		h.Release(f.ctx)
-		return nil, p9.QID{}, 0, err
+	if e := f.h.Getlk(ctx, f.lockOwner(pid, client), &lk); e != 0 {
+		return e
 	}
-	nf.h, nf.opened = h, true
-	nf.parent = f
-	return nf, qidOf(tok, a.Mode), 0, nil
+	switch lk.Type {
+	case syscall.F_UNLCK:
+		typ = p9wire.LockUnlock
+	case syscall.F_RDLCK:
+		typ = p9wire.LockRead
+		client = ""
+	default:
+		typ = p9wire.LockWrite
+		client = ""
+	}
+	length = 0
+	if lk.End != math.MaxUint64 {
+		length = lk.End - lk.Start + 1
+	}
+	m.U8(typ)
+	m.U64(lk.Start)
+	m.U64(length)
+	m.U32(lk.Pid)
+	m.Str(client)
+	return 0
 }
 
-// made answers a call that made a node no file refers to yet: its QID,
+// made answers a request that made a node no fid refers to yet: its QID,
 // and the node is Forgotten.
-func made(c layer.Node, a *layer.Attr, e syscall.Errno) (p9.QID, error) {
+func made(m *p9wire.Enc, c layer.Node, a *layer.Attr, e syscall.Errno) syscall.Errno {
 	if e != 0 {
-		return p9.QID{}, errno(e)
+		return e
 	}
-	q := qidOf(c.Token(), a.Mode)
+	m.Qid(qidOf(c.Token(), a.Mode))
 	c.Forget()
-	return q, nil
+	return 0
 }
 
-func (f *file) Mkdir(name string, perms p9.FileMode, uid p9.UID, gid p9.GID) (p9.QID, error) {
-	if !f.use() {
-		return p9.QID{}, linux.EBADF
+func (f *file) mkdir(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, mode, gid := d.Str(), d.U32(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return p9.QID{}, err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
 	var a layer.Attr
-	c, e := n.Mkdir(f.createCtx(gid), name, uint32(perms)&0o7777, &a)
-	return made(c, &a, e)
+	c, e := n.Mkdir(f.createCtx(ctx, gid), name, mode&0o7777, &a)
+	return made(m, c, &a, e)
 }
 
-func (f *file) Symlink(oldName, newName string, uid p9.UID, gid p9.GID) (p9.QID, error) {
-	if !f.use() {
-		return p9.QID{}, linux.EBADF
+func (f *file) symlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, target, gid := d.Str(), d.Str(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return p9.QID{}, err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
 	var a layer.Attr
-	c, e := n.Symlink(f.createCtx(gid), []byte(oldName), newName, &a)
-	return made(c, &a, e)
+	c, e := n.Symlink(f.createCtx(ctx, gid), []byte(target), name, &a)
+	return made(m, c, &a, e)
 }
 
-func (f *file) Mknod(name string, mode p9.FileMode, major, minor uint32, uid p9.UID, gid p9.GID) (p9.QID, error) {
-	if !f.use() {
-		return p9.QID{}, linux.EBADF
+func (f *file) mknod(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, mode, major, minor, gid := d.Str(), d.U32(), d.U32(), d.U32(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return p9.QID{}, err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
 	var a layer.Attr
-	c, e := n.Mknod(f.createCtx(gid), name, uint32(mode)&(syscall.S_IFMT|0o7777), unix.Mkdev(major, minor), &a)
-	return made(c, &a, e)
+	c, e := n.Mknod(f.createCtx(ctx, gid), name, mode&(syscall.S_IFMT|0o7777), unix.Mkdev(major, minor), &a)
+	return made(m, c, &a, e)
 }
 
-// peer returns the node of another file of f's root: the layers link and
-// rename only within one.
-func (f *file) peer(o p9.File) (layer.Node, error) {
-	of, ok := o.(*file)
-	if !ok || of.c != f.c || of.r != f.r || of.rec == nil {
-		return nil, linux.EXDEV
+// peer returns the node of fid, which must be of f's root: the layers
+// link and rename only within one. A rename's target directory may be
+// fid itself, which the caller may hold already.
+func (f *file) peer(fid uint32) (layer.Node, syscall.Errno) {
+	o, e := f.c.fid(fid)
+	if e != 0 {
+		return nil, e
 	}
-	return of.rec.n, nil
+	f.c.mu.Lock()
+	released := o.released
+	f.c.mu.Unlock()
+	if released {
+		return nil, syscall.EBADF
+	}
+	if o.r != f.r || o.rec == nil {
+		return nil, syscall.EXDEV
+	}
+	return o.rec.n, 0
 }
 
-func (f *file) Link(target p9.File, newName string) error {
-	if !f.use() {
-		return linux.EBADF
+func (f *file) link(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid, name := d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
-	t, err := f.peer(target)
-	if err != nil {
-		return err
+	t, e := f.peer(fid)
+	if e != 0 {
+		return e
 	}
 	var a layer.Attr
-	c, e := n.Link(f.ctx, t, newName, &a)
-	_, err = made(c, &a, e)
-	return err
+	c, e := n.Link(ctx, t, name, &a)
+	if e != 0 {
+		return e
+	}
+	c.Forget()
+	return 0
 }
 
-// Rename is never called on the server: the library serves Trename with
-// RenameAt on the parent.
-func (f *file) Rename(newDir p9.File, newName string) error { return linux.ENOSYS }
-
-func (f *file) RenameAt(oldName string, newDir p9.File, newName string) error {
-	if !f.use() {
-		return linux.EBADF
+func (f *file) renameat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	oldName, newDir, newName := d.Str(), d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return err
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
-	d, err := f.peer(newDir)
-	if err != nil {
-		return err
+	nd, e := f.peer(newDir)
+	if e != 0 {
+		return e
 	}
-	return errno(n.Rename(f.ctx, oldName, d, newName, 0))
+	return n.Rename(ctx, oldName, nd, newName, 0)
 }
 
-// Renamed needs nothing: files hold nodes, which renames leave valid.
-func (f *file) Renamed(newDir p9.File, newName string) {}
-
-func (f *file) UnlinkAt(name string, flags uint32) error {
-	if !f.use() {
-		return linux.EBADF
+// parent is the directory f was walked from and the name it had there:
+// what Trename and Tremove act on.
+func (f *file) parent() (layer.Node, syscall.Errno) {
+	if len(f.up) == 0 || f.up[len(f.up)-1].rec == nil || f.rec == nil {
+		return nil, syscall.EBUSY // an attach root, or a root below a synthetic directory
 	}
-	defer f.done()
-	n, err := f.node()
-	if err != nil {
-		return err
+	return f.up[len(f.up)-1].rec.n, 0
+}
+
+// rename moves f's file into directory fid as name.
+func (f *file) rename(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	dfid, name := d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	dir, e := f.parent()
+	if e != 0 {
+		return e
+	}
+	o, e := f.c.fid(dfid)
+	if e != 0 {
+		return e
+	}
+	nd, e := f.peer(dfid)
+	if e != 0 {
+		return e
+	}
+	if e := dir.Rename(ctx, f.name, nd, name, 0); e != 0 {
+		return e
+	}
+	// f now hangs below o; its old parent goes.
+	np := o.pos
+	np.name = o.name
+	f.c.ref(np)
+	f.c.unref(f.up[len(f.up)-1])
+	f.up[len(f.up)-1] = np
+	f.name = name
+	return 0
+}
+
+func (f *file) unlinkat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name, flags := d.Str(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	n, e := f.node(syscall.EROFS)
+	if e != 0 {
+		return e
 	}
 	if flags&unix.AT_REMOVEDIR != 0 {
-		return errno(n.Rmdir(f.ctx, name))
+		return n.Rmdir(ctx, name)
 	}
-	return errno(n.Unlink(f.ctx, name))
+	return n.Unlink(ctx, name)
+}
+
+// remove unlinks f's file from the directory it was walked from, if the
+// name still is that file's.
+func (f *file) remove(ctx context.Context) syscall.Errno {
+	if !f.use(false) {
+		return syscall.EBADF
+	}
+	defer f.done(false)
+	dir, e := f.parent()
+	if e != 0 {
+		return e
+	}
+	var a layer.Attr
+	cur, e := dir.Lookup(ctx, f.name, &a)
+	if e != 0 {
+		return e
+	}
+	same := cur.Token() == f.rec.n.Token()
+	cur.Forget()
+	switch {
+	case !same:
+		return syscall.ENOENT // renamed away by someone else
+	case f.mode == syscall.S_IFDIR:
+		return dir.Rmdir(ctx, f.name)
+	}
+	return dir.Unlink(ctx, f.name)
 }

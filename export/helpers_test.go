@@ -16,7 +16,6 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
-	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -203,10 +202,11 @@ type session struct {
 	done chan struct{} // closed when ServeConn has returned
 }
 
-// dial connects as uid and attaches aname.
-func (f *fixture) dial(t testing.TB, uid uint32, aname string) *session {
+// dial connects with hugelgupf/p9's client, an independent one, and
+// attaches aname. That client names no user: it attaches as nobody.
+func (f *fixture) dial(t testing.TB, aname string) *session {
 	t.Helper()
-	s, err := f.tryDial(uid, aname)
+	s, err := f.tryDial(aname)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,21 +214,21 @@ func (f *fixture) dial(t testing.TB, uid uint32, aname string) *session {
 	return s
 }
 
-func (f *fixture) tryDial(uid uint32, aname string) (*session, error) {
+func (f *fixture) tryDial(aname string) (*session, error) {
 	cli, srv := net.Pipe()
 	s := &session{conn: cli, done: make(chan struct{})}
 	go func() {
 		f.s.ServeConn(srv)
 		close(s.done)
 	}()
-	cl, err := p9.NewClient(p9net.ClientStream(cli), p9.WithMessageSize(256<<10))
+	cl, err := p9.NewClient(cli, p9.WithMessageSize(256<<10))
 	if err != nil {
 		cli.Close()
 		<-s.done
 		return nil, err
 	}
 	s.cl = cl
-	s.root, err = cl.Attach(p9net.ClientAname(uid, aname))
+	s.root, err = cl.Attach(aname)
 	if err != nil {
 		cl.Close()
 		<-s.done
@@ -263,7 +263,7 @@ func walk(t testing.TB, f p9.File, names ...string) p9.File {
 }
 
 // Raw 9P2000.L frames, for what the library's client cannot send
-// (xattrs, oversized messages) and for the fuzz corpus.
+// (xattrs, a uid, oversized messages) and for the fuzz corpus.
 
 const (
 	tStatfs      = 8
@@ -274,14 +274,17 @@ const (
 	tXattrcreate = 32
 	tReaddir     = 40
 	tLock        = 52
+	tGetlock     = 54
 	tMkdir       = 72
 	tUnlinkat    = 76
 	tVersion     = 100
+	tFlush       = 108
 	tAttach      = 104
 	tWalk        = 110
 	tRead        = 116
 	tWrite       = 118
 	tClunk       = 120
+	tSetattr     = 26
 	rLerror      = 7
 )
 

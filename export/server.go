@@ -1,0 +1,391 @@
+package export
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+const (
+	maxMsize = 4 << 20 // the largest msize a Tversion gets
+	minMsize = 4096    // room for a useful Rread and the fixed messages
+	// maxInFlight bounds the requests of a connection served at once;
+	// more wait to be read.
+	maxInFlight = 64
+)
+
+// req is a request in flight, known by its tag to Tflush.
+type req struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// loop reads c's requests until the stream ends or breaks, and serves each
+// in its own goroutine.
+func (c *conn) loop() {
+	r := bufio.NewReaderSize(c.rw, 64<<10)
+	for {
+		c.wmu.Lock()
+		msize := c.msize
+		c.wmu.Unlock()
+		h, body, err := p9wire.ReadFrame(r, msize)
+		if errors.Is(err, p9wire.ErrTooLarge) {
+			// Skipped, not ended: the stream stays in step.
+			c.s.requests.Add(1)
+			if _, err := io.CopyN(io.Discard, r, int64(h.Size)-p9wire.HdrLen); err != nil {
+				return
+			}
+			c.send(nil, h.Tag, rerror(h.Tag, syscall.EMSGSIZE))
+			continue
+		}
+		if err != nil {
+			return // EOF, or a size below a header: no way to go on
+		}
+		c.s.requests.Add(1)
+		d := &p9wire.Dec{B: body}
+		switch h.Type {
+		case p9wire.Tversion:
+			// A new session: it waits for the requests of the old.
+			c.flight.Wait()
+			c.send(nil, h.Tag, c.version(h.Tag, d))
+			continue
+		case p9wire.Tflush:
+			old := d.U16()
+			c.flight.Go(func() { c.flush(h.Tag, old) })
+			continue
+		}
+		ctx, cancel := context.WithCancel(c.ctx)
+		q := &req{cancel: cancel, done: make(chan struct{})}
+		c.mu.Lock()
+		_, dup := c.tags[h.Tag]
+		if !dup {
+			c.tags[h.Tag] = q
+		}
+		c.mu.Unlock()
+		if dup {
+			cancel()
+			c.send(nil, h.Tag, rerror(h.Tag, syscall.EINVAL))
+			continue
+		}
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			cancel()
+			return
+		}
+		c.flight.Go(func() {
+			defer func() { <-c.slots }()
+			defer close(q.done)
+			defer cancel()
+			c.send(q, h.Tag, c.serveOne(ctx, h.Type, h.Tag, d))
+		})
+	}
+}
+
+// send writes a reply; q's tag is free again once it is on its way (a
+// Tflush that then finds no tag answers after it).
+func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if q != nil {
+		c.mu.Lock()
+		delete(c.tags, tag)
+		c.mu.Unlock()
+	}
+	if _, err := c.rw.Write(e.Frame()); err != nil {
+		c.rw.Close() // the client will not hear us: end the connection
+	}
+}
+
+// flush cancels the request of tag old and answers once it has ended, so
+// that its reply, if any, comes before Rflush.
+func (c *conn) flush(tag, old uint16) {
+	c.mu.Lock()
+	q := c.tags[old]
+	c.mu.Unlock()
+	if q != nil {
+		q.cancel()
+		<-q.done
+	}
+	c.send(nil, tag, p9wire.Msg(p9wire.Tflush+1, tag))
+}
+
+func rerror(tag uint16, e syscall.Errno) *p9wire.Enc {
+	m := p9wire.Msg(p9wire.Rlerror, tag)
+	m.U32(uint32(e))
+	return m
+}
+
+// version starts a session: every fid of the one before goes.
+func (c *conn) version(tag uint16, d *p9wire.Dec) *p9wire.Enc {
+	msize, v := d.U32(), d.Str()
+	if d.Err != nil {
+		return rerror(tag, syscall.EINVAL)
+	}
+	c.releaseAll()
+	// Clients that ask a later version of 9P2000.L (hugelgupf/p9's
+	// 9P2000.L.Google.N) take the plain one.
+	if v != p9wire.Version && !strings.HasPrefix(v, p9wire.Version+".") {
+		v = "unknown"
+	} else {
+		v = p9wire.Version
+	}
+	msize = max(min(msize, maxMsize), minMsize)
+	c.wmu.Lock()
+	c.msize = msize
+	c.wmu.Unlock()
+	m := p9wire.Msg(p9wire.Tversion+1, tag)
+	m.U32(msize)
+	m.Str(v)
+	return m
+}
+
+// ioMax is the most data an Rread or Rreaddir may carry.
+func (c *conn) ioMax() uint32 {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.msize - p9wire.HdrLen - 4
+}
+
+// serveOne serves one request and returns its reply.
+func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.Dec) *p9wire.Enc {
+	m := p9wire.Msg(typ+1, tag)
+	h := handlers[typ]
+	if h == nil {
+		return rerror(tag, syscall.EOPNOTSUPP)
+	}
+	if e := h(c, ctx, d, m); e != 0 {
+		return rerror(tag, e)
+	}
+	return m
+}
+
+// A handler decodes a request from d, serves it and appends its reply's
+// fields to m; or it returns the error to answer. Handlers read every
+// field before they act, and act only if d.Err is nil (malformed: EINVAL).
+type handler func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno
+
+var handlers [256]handler
+
+func init() {
+	handlers[p9wire.Tauth] = func(*conn, context.Context, *p9wire.Dec, *p9wire.Enc) syscall.Errno {
+		// No 9P authentication: a key, when configured, is TLS before
+		// any message. ENOENT is what clients (diod's, Linux's) take for
+		// "attach without".
+		return syscall.ENOENT
+	}
+	handlers[p9wire.Tattach] = (*conn).attach
+	handlers[p9wire.Twalk] = (*conn).walk
+	handlers[p9wire.Tclunk] = (*conn).clunk
+	handlers[p9wire.Tremove] = (*conn).remove
+	handlers[p9wire.Txattrwalk] = (*conn).xattrwalk
+	for _, ops := range []struct {
+		m    map[uint8]fidOp
+		excl bool
+	}{{fidOps, false}, {fidChanges, true}} {
+		for typ, op := range ops.m {
+			handlers[typ] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+				f, e := c.fid(d.U32())
+				if e != 0 {
+					return e
+				}
+				if !f.use(ops.excl) {
+					return syscall.EBADF
+				}
+				defer f.done(ops.excl)
+				return op(f, f.opCtx(ctx), d, m)
+			}
+		}
+	}
+}
+
+type fidOp = func(f *file, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno
+
+// fidChanges are the requests that change what their fid is: they have it
+// to themselves.
+var fidChanges = map[uint8]fidOp{
+	p9wire.Tlopen:       (*file).lopen,
+	p9wire.Tlcreate:     (*file).lcreate,
+	p9wire.Txattrcreate: (*file).xattrcreate,
+	p9wire.Trename:      (*file).rename,
+}
+
+// fidOps are the requests on one fid (its number first), served by the
+// fid's file while it is in use.
+var fidOps = map[uint8]fidOp{
+	p9wire.Tread:     (*file).read,
+	p9wire.Twrite:    (*file).write,
+	p9wire.Tstatfs:   (*file).statfs,
+	p9wire.Tgetattr:  (*file).getattr,
+	p9wire.Tsetattr:  (*file).setattr,
+	p9wire.Treaddir:  (*file).readdir,
+	p9wire.Tfsync:    (*file).fsync,
+	p9wire.Tlock:     (*file).lock,
+	p9wire.Tgetlock:  (*file).getlock,
+	p9wire.Tlink:     (*file).link,
+	p9wire.Tmkdir:    (*file).mkdir,
+	p9wire.Trenameat: (*file).renameat,
+	p9wire.Tunlinkat: (*file).unlinkat,
+	p9wire.Tsymlink:  (*file).symlink,
+	p9wire.Tmknod:    (*file).mknod,
+	p9wire.Treadlink: (*file).readlink,
+}
+
+// attach: n_uname, else uname in the user database, else nobody; the
+// attach name is a root's, maybe followed by a path below it.
+func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid, _, uname, aname, uid := d.U32(), d.U32(), d.Str(), d.Str(), d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	if uid == p9wire.NoUID {
+		uid = nobody
+		if u, err := user.Lookup(uname); err == nil {
+			if n, err := strconv.ParseUint(u.Uid, 10, 32); err == nil {
+				uid = uint32(n)
+			}
+		}
+	}
+	if c.full() {
+		return syscall.EMFILE
+	}
+	f := &file{c: c, who: c.s.caller(uid)}
+	top, e := f.mount(ctx, "")
+	if e != 0 {
+		return e
+	}
+	var names []string
+	if rest := strings.Trim(aname, "/"); rest != "" {
+		names = strings.Split(rest, "/")
+	}
+	w, qids, e := f.walkFrom(ctx, walkState{at: top}, names)
+	if e != 0 {
+		return e
+	}
+	if len(qids) < len(names) {
+		return syscall.ENOENT // the name after the last QID
+	}
+	// The attach's file is the top of its tree: ".." stops there.
+	for _, u := range w.up {
+		c.unref(u)
+	}
+	f.pos = w.at
+	if e := c.bind(fid, f, nil); e != 0 {
+		f.release()
+		return e
+	}
+	m.Qid(f.qid())
+	return 0
+}
+
+func (c *conn) walk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid, newfid, n := d.U32(), d.U32(), int(d.U16())
+	if n > p9wire.MaxWelem {
+		return syscall.EINVAL
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = d.Str()
+	}
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	f, e := c.fid(fid)
+	if e != 0 {
+		return e
+	}
+	if !f.use(false) {
+		return syscall.EBADF
+	}
+	nf, qids, e := f.walk(ctx, names)
+	f.done(false)
+	if e != 0 {
+		return e
+	}
+	if nf != nil {
+		var old *file
+		if newfid == fid {
+			old = f
+		}
+		if e := c.bind(newfid, nf, old); e != 0 {
+			nf.release()
+			return e
+		}
+	}
+	m.U16(uint16(len(qids)))
+	for _, q := range qids {
+		m.Qid(q)
+	}
+	return 0
+}
+
+// clunk forgets fid; a value Txattrcreate gathered is set now, and its
+// error is the clunk's.
+func (c *conn) clunk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid := d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	f, e := c.unbind(fid)
+	if e != 0 {
+		return e
+	}
+	e = f.commitXattr(f.opCtx(ctx))
+	f.release()
+	return e
+}
+
+// remove removes fid's file and clunks fid, even when it fails.
+func (c *conn) remove(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid := d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	f, e := c.unbind(fid)
+	if e != 0 {
+		return e
+	}
+	defer f.release()
+	return f.remove(f.opCtx(ctx))
+}
+
+func (c *conn) xattrwalk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	fid, newfid, name := d.U32(), d.U32(), d.Str()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	f, e := c.fid(fid)
+	if e != 0 {
+		return e
+	}
+	if !f.use(false) {
+		return syscall.EBADF
+	}
+	nf, e := f.xattrwalk(f.opCtx(ctx), name)
+	f.done(false)
+	if e != 0 {
+		return e
+	}
+	if e := c.bind(newfid, nf, nil); e != 0 {
+		nf.release()
+		return e
+	}
+	m.U64(uint64(len(nf.xval)))
+	return 0
+}
+
+// callerCtx is ctx carrying who, acting through r's view.
+func callerCtx(ctx context.Context, who layer.Caller, r *root) context.Context {
+	if r != nil {
+		who.View = r.view
+	}
+	return layer.WithCaller(ctx, who)
+}
