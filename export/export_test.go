@@ -22,6 +22,7 @@ import (
 	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 const nobodyUid = 65534
@@ -671,5 +672,145 @@ func TestServe(t *testing.T) {
 	f.c.check(t)
 	if _, err := c.Read(make([]byte, 1)); err == nil || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("connection after Serve returned: %v", err)
+	}
+}
+
+// An open file that has been unlinked still takes fchmod, ftruncate and
+// fsetxattr, as POSIX has it.
+func TestUnlinkedOpenFile(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "clone", twalk(1, 0, 1))
+	r.must(t, "create", frame(tLcreate, 1, uint32(1), "u", uint32(2), uint32(0o644), ^uint32(0)))
+	r.must(t, "write", frame(tWrite, 1, uint32(1), uint64(0), uint32(5), []byte("hello")))
+	r.must(t, "unlink", frame(tUnlinkat, 1, uint32(0), "u", uint32(0)))
+	r.must(t, "fchmod", frame(tSetattr, 1, uint32(1), uint32(1), uint32(0o600), uint32(0), uint32(0), uint64(0), uint64(0), uint64(0), uint64(0), uint64(0)))
+	r.must(t, "ftruncate", frame(tSetattr, 1, uint32(1), uint32(8), uint32(0), uint32(0), uint32(0), uint64(2), uint64(0), uint64(0), uint64(0), uint64(0)))
+	body := r.must(t, "getattr", frame(tGetattr, 1, uint32(1), uint64(0x3fff)))
+	d := p9wire.Dec{B: body}
+	if a := d.Getattr().Attr; a.Mode&0o7777 != 0o600 || a.Size != 2 || a.Nlink != 0 {
+		t.Fatalf("after fchmod and ftruncate: mode %o size %d nlink %d", a.Mode, a.Size, a.Nlink)
+	}
+	r.must(t, "clone for xattr", twalk(1, 1, 2))
+	r.must(t, "xattrcreate", frame(tXattrcreate, 1, uint32(2), "user.k", uint64(1), uint32(0)))
+	r.must(t, "write xattr", frame(tWrite, 1, uint32(2), uint64(0), uint32(1), []byte("v")))
+	r.must(t, "fsetxattr", frame(tClunk, 1, uint32(2)))
+	body = r.must(t, "fgetxattr", frame(tXattrwalk, 1, uint32(1), uint32(3), "user.k"))
+	if size := binary.LittleEndian.Uint64(body); size != 1 {
+		t.Fatalf("xattr size %d", size)
+	}
+}
+
+// A file without xattrs lists none: an empty list, not one empty name.
+func TestEmptyXattrList(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	host := filepath.Join(f.dir, "x")
+	os.WriteFile(host, nil, 0o644)
+	n, err := unix.Listxattr(host, nil)
+	if err != nil {
+		t.Skip(err)
+	}
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "walk", twalk(1, 0, 1, "x"))
+	body := r.must(t, "xattrwalk list", frame(tXattrwalk, 1, uint32(1), uint32(2), ""))
+	if size := binary.LittleEndian.Uint64(body); size != uint64(n) {
+		t.Fatalf("list size %d, host %d", size, n)
+	}
+}
+
+// Tgetlock tells the lock that conflicts, or none.
+func TestGetlock(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "l"), make([]byte, 100), 0o666)
+	a, b := f.rawDial(t), f.rawDial(t)
+	for _, r := range []*raw{a, b} {
+		r.handshake(t, 64<<10, 0)
+		r.must(t, "walk", twalk(1, 0, 1, "l"))
+		r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
+	}
+	getlock := func(r *raw) (typ uint8, start, length uint64) {
+		body := r.must(t, "getlock", frame(tGetlock, 1, uint32(1), uint8(p9wire.LockWrite), uint64(0), uint64(0), uint32(7), "b"))
+		d := p9wire.Dec{B: body}
+		return d.U8(), d.U64(), d.U64()
+	}
+	if typ, _, _ := getlock(b); typ != p9wire.LockUnlock {
+		t.Fatalf("getlock of a free file: type %d", typ)
+	}
+	if st := a.lock(t, 1, p9.ReadLock, 0, 10, 5); st != p9.LockStatusOK {
+		t.Fatalf("lock: %v", st)
+	}
+	if typ, start, length := getlock(b); typ != p9wire.LockRead || start != 10 || length != 5 {
+		t.Fatalf("getlock: type %d start %d length %d, want a read lock at 10 for 5", typ, start, length)
+	}
+	// One's own lock does not conflict.
+	body := a.must(t, "getlock", frame(tGetlock, 1, uint32(1), uint8(p9wire.LockWrite), uint64(0), uint64(0), uint32(42), "client"))
+	if body[0] != p9wire.LockUnlock {
+		t.Fatalf("getlock of one's own lock: type %d", body[0])
+	}
+}
+
+// Tflush cancels a request that hangs in a layer, and answers after it.
+func TestFlush(t *testing.T) {
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	r.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
+		t.Fatal(err)
+	}
+	// Other requests are served meanwhile.
+	r.must(t, "getattr while one hangs", frame(tGetattr, 6, uint32(0), uint64(0x3fff)))
+	if _, err := r.c.Write(frame(tFlush, 7, uint16(5))); err != nil {
+		t.Fatal(err)
+	}
+	var tags []uint16
+	for len(tags) == 0 || tags[len(tags)-1] != 7 {
+		var hdr [7]byte
+		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
+			t.Fatalf("after Tflush: %v (got tags %v)", err, tags)
+		}
+		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
+		tags = append(tags, binary.LittleEndian.Uint16(hdr[5:]))
+	}
+	if len(tags) > 2 || len(tags) == 2 && tags[0] != 5 {
+		t.Fatalf("replies by tag: %v, want the flushed one (or none) before Rflush", tags)
+	}
+	// Tag 5 is free again, and the fid was not made.
+	if e, err := lerror(r.rpc(t, frame(tGetattr, 5, uint32(1), uint64(0x3fff)))); err != nil || e != uint32(linux.EBADF) {
+		t.Fatalf("getattr of the flushed walk's fid: %d %v", e, err)
+	}
+}
+
+// ".." walks up, but never above the attach.
+func TestWalkDotDot(t *testing.T) {
+	f := newFixture(t, Options{})
+	os.MkdirAll(filepath.Join(f.dir, "d", "e"), 0o755)
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	qids := func(body []byte) []p9wire.Qid {
+		d := p9wire.Dec{B: body}
+		q := make([]p9wire.Qid, d.U16())
+		for i := range q {
+			q[i] = d.Qid()
+		}
+		return q
+	}
+	root := qids(r.must(t, "walk .", twalk(1, 0, 9, "d", "..")))[1]
+	q := qids(r.must(t, "walk", twalk(1, 0, 1, "d", "e", "..", "..", "..", "d")))
+	if len(q) != 6 || q[2] != q[0] || q[3] != root || q[4] != root || q[5] != q[0] {
+		t.Fatalf("walk d/e/../../../d: %v (root %v)", q, root)
+	}
+	// From a fid walked before: its path is kept.
+	r.must(t, "walk e", twalk(1, 1, 2, "e"))
+	if q := qids(r.must(t, "walk ..", twalk(1, 2, 3, ".."))); q[0] != qids(r.must(t, "walk d", twalk(1, 0, 4, "d")))[0] {
+		t.Fatal("e/.. is not d")
+	}
+	// An attach below a root stops there.
+	r.must(t, "attach d", frame(tAttach, 1, uint32(5), ^uint32(0), "", "d", uint32(nobodyUid)))
+	q = qids(r.must(t, "walk .. from d", twalk(1, 5, 6, "..")))
+	if q[0] != qids(r.must(t, "walk d", twalk(1, 0, 7, "d")))[0] {
+		t.Fatal("walked above the attach")
 	}
 }

@@ -78,6 +78,16 @@ func seeds() [][]byte {
 		cat(hello, frame(tWrite, 2, uint32(0), uint64(0), uint32(9000), make([]byte, 9000))),
 		// Walks past the root, and a long one.
 		cat(hello, twalk(2, 0, 1, "a", "b", "c"), twalk(3, 0, 0, "..")),
+		// Tauth, "..", Tgetlock, a flush of a request in flight, Tversion again.
+		cat(hello,
+			frame(102, 2, nofid, "", "", uint32(0)), // Tauth
+			frame(tMkdir, 3, uint32(0), "d", uint32(0o755), nofid),
+			twalk(4, 0, 1, "d", "..", "d"),
+			frame(tLcreate, 5, uint32(1), "g", uint32(2), uint32(0o644), nofid),
+			frame(tGetlock, 6, uint32(1), uint8(1), uint64(0), uint64(0), uint32(1), "c"),
+			twalk(7, 0, 2, blockName),
+			frame(tFlush, 8, uint16(7)),
+			frame(tVersion, 0xffff, uint32(8192), "9P2000.L")),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,7 +70,15 @@ func (n *cnode) child(c layer.Node, e layer.Errno) (layer.Node, layer.Errno) {
 	return n.c.wrap(c), 0
 }
 
+// blockName is a name whose Lookup waits until its request is cancelled
+// (a lower layer that hangs), then fails with EINTR.
+const blockName = "block-until-cancelled"
+
 func (n *cnode) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if name == blockName {
+		<-ctx.Done()
+		return nil, syscall.EINTR
+	}
 	return n.child(n.Lower.Lookup(ctx, name, out))
 }
 
