@@ -722,7 +722,8 @@ func (f *file) xattrcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) sy
 }
 
 // commitXattr sets the value a Txattrcreate gathered, if f has one. As
-// Linux's client sends it for removexattr(2), a size of 0 removes.
+// Linux's client sends it for removexattr(2), a size of 0 with
+// XATTR_REPLACE removes; without, it sets an empty value.
 func (f *file) commitXattr(ctx context.Context) syscall.Errno {
 	if !f.use(true) {
 		return syscall.EBADF
@@ -733,7 +734,7 @@ func (f *file) commitXattr(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	f.xset = nil
-	if len(x.val) == 0 {
+	if len(x.val) == 0 && x.flags&unix.XATTR_REPLACE != 0 {
 		return f.rec.n.Removexattr(ctx, x.name)
 	}
 	return f.rec.n.Setxattr(ctx, x.name, x.val, x.flags)

@@ -94,10 +94,34 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 	return k, 0
 }
 
-// Flush: the closing owner loses its POSIX locks on the file.
+// posixLock is a lock owner holding POSIX locks on a file.
+type posixLock struct {
+	file  layer.Token
+	owner uint64
+}
+
+// holds records whether owner holds POSIX locks on h's file.
+func (h *handle) holds(owner uint64, held bool) {
+	k := posixLock{h.n.tok, owner}
+	h.fs.procMu.Lock()
+	defer h.fs.procMu.Unlock()
+	if held {
+		h.fs.posix[k] = true
+	} else {
+		delete(h.fs.posix, k)
+	}
+}
+
+// Flush: the closing owner loses its POSIX locks on the file, taken
+// through whichever descriptor; the server's lock owner is the same on
+// every fid of the connection.
 func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
+	k := posixLock{h.n.tok, owner}
+	h.fs.procMu.Lock()
+	held := h.fs.posix[k]
+	delete(h.fs.posix, k)
+	h.fs.procMu.Unlock()
 	h.mu.Lock()
-	held := h.owners[lockOwner{owner, false}]
 	delete(h.owners, lockOwner{owner, false})
 	h.mu.Unlock()
 	if held {
@@ -270,6 +294,9 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 				delete(h.owners, o)
 			}
 			h.mu.Unlock()
+			if !lk.Flock && typ != p9wire.LockUnlock {
+				h.holds(owner, true)
+			}
 			return 0
 		case p9wire.LockBlocked, p9wire.LockGrace:
 			if !wait {

@@ -86,6 +86,9 @@ type FS struct {
 	procMu   sync.Mutex
 	procs    map[uint64]uint32 // lock owner → Tlock proc_id
 	nextProc uint32
+	// posix holds the POSIX lock owners of each file, through any handle:
+	// a close of any descriptor of the file releases them (fcntl(2)).
+	posix map[posixLock]bool
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat
@@ -102,7 +105,7 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, dial: dial, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
-		procs: map[uint64]uint32{}, ready: make(chan struct{})}
+		procs: map[uint64]uint32{}, posix: map[posixLock]bool{}, ready: make(chan struct{})}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
@@ -128,5 +130,5 @@ func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
 	if _, e := n.readXattr(ctx, name, nil); e != 0 {
 		return e
 	}
-	return n.writeXattr(ctx, name, nil, 0)
+	return n.writeXattr(ctx, name, nil, unix.XATTR_REPLACE)
 }
