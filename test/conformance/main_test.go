@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,6 +49,10 @@ type stack struct {
 	// prepare, if set, readies the lower directory before the mount and
 	// returns extra mount arguments.
 	prepare func(lower string) ([]string, error)
+	// server, if set, starts a 9P server of the lower directory and
+	// returns the LOWER the mount names instead of it.
+	server func(st *stack) (string, error)
+	proc   *exec.Cmd // the server, stopped after the unmount
 	// differs lists, as "case/observation", what this stack is documented
 	// to do otherwise than native, with the reason; docs/conformance.md
 	// repeats them.
@@ -84,6 +89,111 @@ var stacks = []*stack{
 	// is made in a managed directory.
 	{name: "shard", layers: []string{"shard"}, prepare: markShard},
 	{name: "shard-rot13", layers: []string{"shard", "rot13"}, prepare: markShard},
+	// Over 9P: shale's client of shale's server, with crypt on the client
+	// over a plain export (the server sees only ciphertext), and of diod.
+	// Root squash is off: the cases compare root's steps with native.
+	{name: "9p", server: shaleServe, differs: ninepDiffers},
+	{name: "9p-crypt", layers: []string{"crypt"}, prepare: initCrypt, server: shaleServe, differs: merge(cryptDiffers, ninepDiffers)},
+	{name: "diod", server: diodServe, differs: merge(ninepDiffers, diodDiffers)},
+}
+
+// ninepDiffers are what every 9P mount does otherwise than native, for
+// want of a message in 9P2000.L (docs/network.md).
+var ninepDiffers = func() map[string]string {
+	m := map[string]string{}
+	add := func(why string, c string, keys ...string) {
+		for _, k := range keys {
+			m[c+"/"+k] = why
+		}
+	}
+	add("9P2000.L has no fallocate: allocation fails with EOPNOTSUPP, and no lseek: the client reports data up to the size and one hole at the end",
+		"fallocate", "KEEP_SIZE beyond EOF", "PUNCH_HOLE|KEEP_SIZE", "SEEK_DATA after hole", "SEEK_HOLE", "ZERO_RANGE",
+		"after ZERO_RANGE", "allocate 8 KiB", "blocks", "blocks grew", "extend to 5 GiB", "punched range is zeros", "size", "size kept")
+	add("9P2000.L has no fallocate (the case allocates to see bfree fall)", "statfs", "fallocate", "64 MiB allocated shows in bfree")
+	add("9P2000.L has no lseek: the client reports data up to the size and one hole at the end",
+		"sparse-5GiB", "SEEK_DATA 0", "SEEK_DATA after last data", "SEEK_HOLE 0", "SEEK_HOLE after data")
+	add("9P2000.L's Trenameat has no flags: RENAME_EXCHANGE is EINVAL, as from Linux's own 9P client",
+		"rename-exchange-file-dir", "rename a b", "tree")
+	add("Tlock has no flock kind: flock is a whole-file POSIX lock on the server, as Linux's NFS client makes it: LOCK_EX needs a descriptor open for writing, and flock and fcntl locks conflict",
+		"locks-flock", "POSIX lock beside flock", "a LOCK_EX", "after close", "b LOCK_EX, same process", "b LOCK_SH, same process",
+		"b while the dup holds it", "c LOCK_EX", "dup of a LOCK_EX again", "other process", "upgrade after helper's unlock", "upgrade to LOCK_EX")
+	add("F_GETLK over 9P reports pid 0: the holder's proc_id is a number of its client, which may be another machine",
+		"locks-posix", "getlk for read sees the write lock only", "getlk sees helper's lock", "other process step 5", "other process step 8")
+	add("F_GETLK over 9P reports pid 0 (and not -1 for an OFD lock, which FUSE does not tell apart either)",
+		"locks-ofd", "other process sees an OFD lock")
+	add("9P carries no supplementary groups: the server takes the user's groups from its own user database, where nobody is in no group",
+		"perm-basic", "nobody+users read 0640 root:users")
+	return m
+}()
+
+// diodDiffers are what diod itself does otherwise (diod 1.0.24).
+var diodDiffers = func() map[string]string {
+	m := map[string]string{}
+	add := func(why string, c string, keys ...string) {
+		for _, k := range keys {
+			m[c+"/"+k] = why
+		}
+	}
+	add("diod's locks are flock(2) of its own open file: byte ranges, lock owners and the release of a process's locks at any close are not kept",
+		"locks-posix", "helper lock w", "nothing left", "other process step 3", "other process step 4", "released by closing another fd", "write lock conflicts")
+	add("diod's fids are paths: once the name a file was reached by is unlinked, that file is gone for the client (other hard links, open files)",
+		"nlink", "lstat g", "a file does not count", "after moving a subdir out: d", "after moving a subdir out: root", "after rmdir", "after unlink: g",
+		"case root", "content via g", "dir with 3 subdirs", "empty dir", "hard-linked symlink", "link to a dir", "symlink", "tree")
+	add("diod's fids are paths: an open file that is unlinked can no longer be read or changed",
+		"open-unlinked", "pread", "close", "create in removed dir", "fchmod", "fsetxattr", "fstat", "fstat after fchmod, ftruncate", "ftruncate",
+		"getdents on removed dir", "new file", "old content", "read after unlink", "removed dir nlink", "tree")
+	add("diod's fids are paths: a file renamed over still answers for the name", "rename-open-file", "old b nlink")
+	add("diod removes an xattr on any zero-size Txattrcreate: empty values cannot be set",
+		"xattr", "get user.empty", "largest user.max value", "list", "list after", "list size query", "set user.empty")
+	return m
+}()
+
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// shaleServe starts shale serve of st's lower directory on a unix socket.
+func shaleServe(st *stack) (string, error) {
+	sock := filepath.Join(filepath.Dir(st.lower), "9p.sock")
+	st.proc = exec.Command(suite.shale, "serve", "--no-root-squash", "--listen", "unix:"+sock, st.lower)
+	return "9p://" + sock, startServer(st, sock)
+}
+
+// diodServe starts diod exporting st's lower directory on a unix socket;
+// diod's attach name is the exported path.
+func diodServe(st *stack) (string, error) {
+	sock := filepath.Join(filepath.Dir(st.lower), "9p.sock")
+	st.proc = exec.Command("diod", "-f", "-n", "-e", st.lower, "-l", sock, "-L", filepath.Join(filepath.Dir(st.lower), "diod.log"))
+	return "9p://" + sock + "?aname=" + st.lower, startServer(st, sock)
+}
+
+// startServer starts st.proc and waits until it answers on sock.
+func startServer(st *stack, sock string) error {
+	st.proc.Stderr = os.Stderr
+	if err := st.proc.Start(); err != nil {
+		return fmt.Errorf("%s: starting %s: %v", st.name, st.proc.Path, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- st.proc.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			go func() { <-done }()
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("%s: %s ended before it served: %v", st.name, st.proc.Path, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s: %s did not listen on %s within 30s", st.name, st.proc.Path, sock)
 }
 
 // markShard marks lower managed for shard: the setuid bit (chmod u+s).
@@ -219,7 +329,14 @@ func (st *stack) mount() error {
 		}
 		args = append(args, extra...)
 	}
-	args = append(args, st.lower, st.mnt)
+	lower := st.lower
+	if st.server != nil {
+		var err error
+		if lower, err = st.server(st); err != nil {
+			return err
+		}
+	}
+	args = append(args, lower, st.mnt)
 	out, err := exec.CommandContext(ctx, suite.shale, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("shale %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -247,6 +364,9 @@ func teardown() error {
 			} else {
 				st.mounted = false
 			}
+		}
+		if st.proc != nil && st.proc.Process != nil {
+			st.proc.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	if !mounted {
