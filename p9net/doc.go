@@ -1,6 +1,6 @@
 // Package p9net is how shale's 9P server and client reach each other:
-// addresses (unix sockets, TCP, 9p:// URLs), authentication by a shared key
-// file, and the attaching user's identity, which the 9P library drops.
+// addresses (unix sockets, TCP, 9p:// URLs) and authentication by a shared
+// key file.
 //
 // Authentication is mutual TLS 1.3 in which both sides derive one Ed25519
 // key pair from the shared key (HKDF-SHA256), present it as a self-signed

@@ -41,7 +41,7 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 	if err != nil {
 		e := errno(err)
 		if e == syscall.EINVAL && name != "" {
-			// hugelgupf/p9's server (shale serve) answers every failed
+			// Servers built on hugelgupf/p9 v0.3.0 answer every failed
 			// Txattrwalk so; getxattr(2) has no EINVAL for a valid name.
 			e = syscall.ENODATA
 		}
@@ -49,7 +49,7 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 	}
 	defer c.clunk(xfid)
 	if name == "" && size == 1 {
-		// That server lists no names as one empty one.
+		// Those servers list no names as one empty one.
 		var b [1]byte
 		if k, err := c.readAt(xfid, 0, b[:], 0); err == nil && k == 1 && b[0] == 0 {
 			return 0, 0
