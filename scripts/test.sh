@@ -10,3 +10,6 @@ fmt=$(gofmt -l $(git ls-files '*.go'))
 [ -z "$fmt" ] || { echo "gofmt would change: $fmt"; exit 1; }
 go vet ./...
 CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
+# The 9P server on arbitrary input, bounded (the corpus is committed in
+# export/testdata/fuzz).
+go test -run='^$' -fuzz=FuzzServe -fuzztime=30s ./export/
