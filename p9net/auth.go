@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -98,9 +99,11 @@ func (k Key) tlsConfig() (*tls.Config, error) {
 	}, nil
 }
 
-// Listen listens on a; with a key, connections authenticate (as TLS) on
-// their first read, within HandshakeTimeout. A unix socket left by a dead
-// server is replaced; one a live server answers on is not.
+// Listen listens on a. With a key, Accept gives only connections that
+// have authenticated (TLS), each within HandshakeTimeout: one that cannot
+// never takes a server's connection slot; it is logged and closed. A unix
+// socket left by a dead server is replaced; one a live server answers on
+// is not.
 func Listen(a Addr, key Key) (net.Listener, error) {
 	if a.Network == "unix" {
 		if err := os.MkdirAll(filepath.Dir(a.Address), 0o755); err != nil {
@@ -125,43 +128,86 @@ func Listen(a Addr, key Key) (net.Listener, error) {
 		l.Close()
 		return nil, err
 	}
-	return &tlsListener{l, cfg}, nil
+	tl := &tlsListener{Listener: l, cfg: cfg, ready: make(chan net.Conn), done: make(chan struct{}),
+		shaking: make(chan struct{}, maxHandshakes)}
+	go tl.run()
+	return tl, nil
 }
+
+// maxHandshakes bounds the connections authenticating at once; more are
+// closed at once.
+const maxHandshakes = 128
 
 type tlsListener struct {
 	net.Listener
-	cfg *tls.Config
+	cfg     *tls.Config
+	ready   chan net.Conn // authenticated connections
+	done    chan struct{} // closed by Close
+	shaking chan struct{} // a slot per handshake under way
+	once    sync.Once
+	mu      sync.Mutex
+	err     error // why the accept loop ended
+}
+
+func (l *tlsListener) run() {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			l.Close()
+			return
+		}
+		select {
+		case l.shaking <- struct{}{}:
+		default:
+			slog.Warn("9p: too many connections authenticating; closing one", "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		go l.handshake(c)
+	}
+}
+
+func (l *tlsListener) handshake(c net.Conn) {
+	defer func() { <-l.shaking }()
+	tc := tls.Server(c, l.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		slog.Warn("9p: a client failed to authenticate", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	select {
+	case l.ready <- tc:
+	case <-l.done:
+		tc.Close()
+	}
 }
 
 func (l *tlsListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &serverConn{Conn: tls.Server(c, l.cfg)}, nil
-}
-
-// serverConn authenticates on the first read, so that Accept need not
-// wait for a slow client, and fails the connection if that takes longer
-// than HandshakeTimeout.
-type serverConn struct {
-	*tls.Conn
-	once sync.Once
-	err  error
-}
-
-func (c *serverConn) Read(p []byte) (int, error) {
-	c.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
-		defer cancel()
-		if err := c.HandshakeContext(ctx); err != nil {
-			c.err = fmt.Errorf("%w: %v", ErrAuth, err)
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.err != nil {
+			return nil, l.err
 		}
-	})
-	if c.err != nil {
-		return 0, c.err
+		return nil, net.ErrClosed
 	}
-	return c.Conn.Read(p)
+}
+
+func (l *tlsListener) Close() error {
+	var err error
+	l.once.Do(func() {
+		err = l.Listener.Close()
+		close(l.done)
+	})
+	return err
 }
 
 // Dial connects to a; with a key, it authenticates before it returns.

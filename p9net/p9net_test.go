@@ -135,3 +135,62 @@ func TestKey(t *testing.T) {
 		t.Error("a client without the key got an answer")
 	}
 }
+
+// TestAcceptOnlyAuthenticated: a keyed listener's Accept gives only clients
+// that hold the key; silent ones and others never take a server's slot.
+func TestAcceptOnlyAuthenticated(t *testing.T) {
+	key := Key("0123456789abcdef0123")
+	a := Addr{"unix", filepath.Join(t.TempDir(), "s.sock")}
+	l, err := Listen(a, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	silent, err := net.Dial("unix", a.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if _, err := Dial(context.Background(), a, Key("another key of 16+ bytes")); !errors.Is(err, ErrAuth) {
+		t.Errorf("wrong key: %v", err)
+	}
+	good, err := Dial(context.Background(), a, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	select {
+	case c := <-accepted:
+		// The one accepted is the good client: it echoes what it sends.
+		go c.Write([]byte("x"))
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(good, b); err != nil || b[0] != 'x' {
+			t.Errorf("the accepted connection is not the client with the key: %v", err)
+		}
+		c.Close()
+	case <-time.After(HandshakeTimeout / 2):
+		t.Fatal("the client with the key was not accepted")
+	}
+	select {
+	case c, ok := <-accepted:
+		if ok {
+			t.Errorf("a second connection was accepted: %v", c.RemoteAddr())
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
+	l.Close()
+	if _, ok := <-accepted; ok {
+		t.Error("Accept gave a connection after Close")
+	}
+}

@@ -144,8 +144,11 @@ func runServe(f *serveFlags, args []string) error {
 	} else if !addr.Loopback() {
 		return fmt.Errorf("listening on %s needs --keyfile: without a key anyone who reaches it can use the export; or listen on 127.0.0.1 or a unix socket", addr)
 	}
-	if f.maxConns < 1 || f.maxFids < 16 {
-		return fmt.Errorf("--max-conns must be at least 1 and --max-fids at least 16")
+	if f.maxConns < 1 {
+		return fmt.Errorf("--max-conns %d: say at least 1", f.maxConns)
+	}
+	if f.maxFids < 16 {
+		return fmt.Errorf("--max-fids %d: say at least 16 (a client walks several fids at once)", f.maxFids)
 	}
 	p, err := planServe(f, args)
 	if err != nil {
