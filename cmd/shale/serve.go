@@ -77,7 +77,7 @@ its permissions, as for a local program of that user; uid 0 acts as nobody
 	fl.StringVar(&f.keyFile, "keyfile", "", "require clients to hold the key in this file (at least 16 bytes, mode 600)")
 	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
 	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once")
-	fl.IntVar(&f.maxFids, "max-fids", 4096, "most fids (open or walked files) one client holds")
+	fl.IntVar(&f.maxFids, "max-fids", 16384, "most fids (open or walked files) one client holds")
 	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
