@@ -167,30 +167,56 @@ func (e *Enc) Qid(q Qid) {
 	e.U64(q.Path)
 }
 
-// Dec reads a message body; a short body sets Err and reads zeros.
+// Dec reads a message body. A short body sets Err: fixed-width fields
+// then read as zeros, and Take, Str and Bytes as empty; nothing is ever
+// allocated from a size the wire gave.
 type Dec struct {
 	B   []byte
 	Err error
 }
 
-// Take returns the next n bytes.
+// zeros are what fixed-width fields read past the end: never written.
+var zeros [8]byte
+
+// Take returns the next n bytes, not copied; nil if there are fewer (or n
+// is negative), which sets Err.
 func (d *Dec) Take(n int) []byte {
-	if d.Err != nil || len(d.B) < n {
+	if d.Err != nil || n < 0 || n > len(d.B) {
 		d.Err = ErrProto
-		return make([]byte, n)
+		return nil
 	}
-	p := d.B[:n]
+	p := d.B[:n:n]
 	d.B = d.B[n:]
 	return p
 }
-func (d *Dec) U8() uint8   { return d.Take(1)[0] }
-func (d *Dec) U16() uint16 { return binary.LittleEndian.Uint16(d.Take(2)) }
-func (d *Dec) U32() uint32 { return binary.LittleEndian.Uint32(d.Take(4)) }
-func (d *Dec) U64() uint64 { return binary.LittleEndian.Uint64(d.Take(8)) }
+
+// fixed returns the next n (at most 8) bytes, or zeros past the end.
+func (d *Dec) fixed(n int) []byte {
+	if d.Err != nil || n > len(d.B) {
+		d.Err = ErrProto
+		return zeros[:n:n]
+	}
+	p := d.B[:n:n]
+	d.B = d.B[n:]
+	return p
+}
+
+func (d *Dec) U8() uint8   { return d.fixed(1)[0] }
+func (d *Dec) U16() uint16 { return binary.LittleEndian.Uint16(d.fixed(2)) }
+func (d *Dec) U32() uint32 { return binary.LittleEndian.Uint32(d.fixed(4)) }
+func (d *Dec) U64() uint64 { return binary.LittleEndian.Uint64(d.fixed(8)) }
 func (d *Dec) Str() string { return string(d.Take(int(d.U16()))) }
 
-// Bytes reads data with a 32-bit count (Twrite, Rread), not copied.
-func (d *Dec) Bytes() []byte { return d.Take(int(d.U32())) }
+// Bytes reads data with a 32-bit count (Twrite, Rread), not copied; nil
+// if the body is shorter than the count.
+func (d *Dec) Bytes() []byte {
+	n := d.U32()
+	if uint64(n) > uint64(len(d.B)) {
+		d.Err = ErrProto
+		return nil
+	}
+	return d.Take(int(n))
+}
 
 // Qid is a file's identity on the wire.
 type Qid struct {
