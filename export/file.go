@@ -438,8 +438,11 @@ func (f *file) read(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.E
 		m.Bytes(b[:min(len(b), int(count))])
 		return 0
 	}
-	if f.h == nil || off > math.MaxInt64 {
+	if f.h == nil {
 		return syscall.EBADF
+	}
+	if off > math.MaxInt64-uint64(count) {
+		return syscall.EINVAL // as pread(2): the end would overflow
 	}
 	// Read into the reply, after its count.
 	at := len(m.B)
@@ -468,8 +471,11 @@ func (f *file) write(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 		m.U32(uint32(len(data)))
 		return 0
 	}
-	if f.h == nil || off > math.MaxInt64 {
+	if f.h == nil {
 		return syscall.EBADF
+	}
+	if off > math.MaxInt64-uint64(len(data)) {
+		return syscall.EINVAL // as pwrite(2): the end would overflow
 	}
 	k, e := f.h.Write(ctx, data, int64(off))
 	if e != 0 {

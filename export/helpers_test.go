@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 type counts struct {
 	nodes, handles, dirs, twice atomic.Int64
 	view                        atomic.Uint32 // Caller.View of the last write
+	overflow                    atomic.Int64  // reads and writes whose end overflows
 }
 
 func (c *counts) check(t *testing.T) {
@@ -149,7 +151,17 @@ type chandle struct {
 	done atomic.Bool
 }
 
+func (h *chandle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	if off < 0 || off > math.MaxInt64-int64(len(dest)) {
+		h.c.overflow.Add(1)
+	}
+	return h.Handle.Read(ctx, dest, off)
+}
+
 func (h *chandle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
+	if off < 0 || off > math.MaxInt64-int64(len(data)) {
+		h.c.overflow.Add(1)
+	}
 	c, _ := layer.CallerOf(ctx)
 	h.c.view.Store(c.View)
 	return h.Handle.Write(ctx, data, off)

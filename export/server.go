@@ -16,7 +16,10 @@ import (
 
 const (
 	maxMsize = 4 << 20 // the largest msize a Tversion gets
-	minMsize = 4096    // room for a useful Rread and the fixed messages
+	// minMsize is the smallest msize served: room for the fixed
+	// messages and a useful Rread. A smaller one is refused, not raised:
+	// the client would not read replies larger than it asked.
+	minMsize = 512
 	// maxInFlight bounds the requests of a connection served at once;
 	// more wait to be read.
 	maxInFlight = 64
@@ -127,7 +130,7 @@ func rerror(tag uint16, e syscall.Errno) *p9wire.Enc {
 // version starts a session: every fid of the one before goes.
 func (c *conn) version(tag uint16, d *p9wire.Dec) *p9wire.Enc {
 	msize, v := d.U32(), d.Str()
-	if d.Err != nil {
+	if d.Err != nil || msize < minMsize {
 		return rerror(tag, syscall.EINVAL)
 	}
 	c.releaseAll()
@@ -138,7 +141,7 @@ func (c *conn) version(tag uint16, d *p9wire.Dec) *p9wire.Enc {
 	} else {
 		v = p9wire.Version
 	}
-	msize = max(min(msize, maxMsize), minMsize)
+	msize = min(msize, maxMsize)
 	c.wmu.Lock()
 	c.msize = msize
 	c.wmu.Unlock()

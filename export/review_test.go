@@ -1,0 +1,55 @@
+package export
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/hugelgupf/p9/linux"
+)
+
+// Tversion answers at most the msize asked (a client reads no larger
+// reply), and refuses one too small to serve.
+func TestVersionMsize(t *testing.T) {
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	body := r.must(t, "version", frame(tVersion, 0xffff, uint32(1000), "9P2000.L"))
+	if msize := binary.LittleEndian.Uint32(body); msize != 1000 {
+		t.Fatalf("Tversion of msize 1000 answered %d", msize)
+	}
+	body = r.must(t, "version", frame(tVersion, 0xffff, uint32(1<<30), "9P2000.L"))
+	if msize := binary.LittleEndian.Uint32(body); msize != maxMsize {
+		t.Fatalf("Tversion of msize 1<<30 answered %d, want %d", msize, maxMsize)
+	}
+	if e, err := lerror(r.rpc(t, frame(tVersion, 0xffff, uint32(100), "9P2000.L"))); err != nil || e != uint32(linux.EINVAL) {
+		t.Fatalf("Tversion of msize 100: errno %d %v, want EINVAL", e, err)
+	}
+	// The session goes on at the msize of the last Tversion answered.
+	r.must(t, "attach", frame(tAttach, 1, uint32(0), ^uint32(0), "", "", uint32(nobodyUid)))
+	r.must(t, "getattr", frame(tGetattr, 1, uint32(0), uint64(0x3fff)))
+}
+
+// Reads and writes whose end would pass the largest offset are EINVAL,
+// as pread(2) and pwrite(2) have it; the layers never see them.
+func TestOffsetOverflow(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "clone", twalk(1, 0, 1))
+	r.must(t, "create", frame(tLcreate, 1, uint32(1), "o", uint32(2), uint32(0o644), ^uint32(0)))
+	for _, m := range [][]byte{
+		frame(tWrite, 1, uint32(1), uint64(math.MaxInt64-1), uint32(4), []byte("data")),
+		frame(tWrite, 1, uint32(1), uint64(math.MaxUint64), uint32(4), []byte("data")),
+		frame(tRead, 1, uint32(1), uint64(math.MaxInt64-1), uint32(10)),
+		frame(tRead, 1, uint32(1), uint64(1<<63), uint32(10)),
+	} {
+		if e, err := lerror(r.rpc(t, m)); err != nil || e != uint32(linux.EINVAL) {
+			t.Errorf("message type %d at an overflowing offset: errno %d %v, want EINVAL", m[4], e, err)
+		}
+	}
+	if n := f.c.overflow.Load(); n != 0 {
+		t.Errorf("%d overflowing reads or writes reached the layer", n)
+	}
+	// The largest offsets that do not overflow still go through.
+	r.must(t, "read at the end", frame(tRead, 1, uint32(1), uint64(math.MaxInt64-10), uint32(10)))
+}
