@@ -154,6 +154,17 @@ func (f *file) createCtx(ctx context.Context, gid uint32) context.Context {
 	return callerCtx(ctx, w, f.r)
 }
 
+// badName tells whether name cannot be one entry of a directory: the
+// layers never see such names (the kernel stops them before FUSE).
+func badName(names ...string) bool {
+	for _, name := range names {
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+			return true
+		}
+	}
+	return false
+}
+
 func qidOf(tok layer.Token, mode uint32) p9wire.Qid {
 	// Version stays 0: file versions come with the journal.
 	return p9wire.Qid{Type: p9wire.QidType(mode), Path: tok.Ino}
@@ -230,8 +241,8 @@ func (f *file) walkFrom(ctx context.Context, w walkState, names []string) (walkS
 // step finds name below p: a root or a synthetic directory at the top of
 // the tree, else a child of p's node.
 func (f *file) step(ctx context.Context, p pos, name string) (pos, syscall.Errno) {
-	if name == "" || strings.Contains(name, "/") {
-		return pos{}, syscall.ENOENT
+	if name == "" || strings.ContainsAny(name, "/\x00") {
+		return pos{}, syscall.ENOENT // as Linux: no such entry
 	}
 	s := f.c.s
 	if p.mounts {
@@ -400,7 +411,7 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 // lcreate makes name in f's directory; f becomes the new file, open.
 func (f *file) lcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	name, w, mode, gid := d.Str(), d.U32(), d.U32(), d.U32()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	fl, e := openFlags(w)
@@ -867,7 +878,7 @@ func made(m *p9wire.Enc, c layer.Node, a *layer.Attr, e syscall.Errno) syscall.E
 
 func (f *file) mkdir(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	name, mode, gid := d.Str(), d.U32(), d.U32()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)
@@ -881,7 +892,7 @@ func (f *file) mkdir(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 
 func (f *file) symlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	name, target, gid := d.Str(), d.Str(), d.U32()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)
@@ -895,7 +906,7 @@ func (f *file) symlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 
 func (f *file) mknod(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	name, mode, major, minor, gid := d.Str(), d.U32(), d.U32(), d.U32(), d.U32()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)
@@ -929,7 +940,7 @@ func (f *file) peer(fid uint32) (layer.Node, syscall.Errno) {
 
 func (f *file) link(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	fid, name := d.U32(), d.Str()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)
@@ -951,7 +962,7 @@ func (f *file) link(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.E
 
 func (f *file) renameat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	oldName, newDir, newName := d.Str(), d.U32(), d.Str()
-	if d.Err != nil {
+	if d.Err != nil || badName(oldName, newName) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)
@@ -977,7 +988,7 @@ func (f *file) parent() (layer.Node, syscall.Errno) {
 // rename moves f's file into directory fid as name.
 func (f *file) rename(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	dfid, name := d.U32(), d.Str()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	dir, e := f.parent()
@@ -1007,7 +1018,7 @@ func (f *file) rename(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 
 func (f *file) unlinkat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	name, flags := d.Str(), d.U32()
-	if d.Err != nil {
+	if d.Err != nil || badName(name) {
 		return syscall.EINVAL
 	}
 	n, e := f.node(syscall.EROFS)

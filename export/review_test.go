@@ -3,9 +3,13 @@ package export
 import (
 	"encoding/binary"
 	"math"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/hugelgupf/p9/linux"
+	"golang.org/x/sys/unix"
 )
 
 // Tversion answers at most the msize asked (a client reads no larger
@@ -52,4 +56,61 @@ func TestOffsetOverflow(t *testing.T) {
 	}
 	// The largest offsets that do not overflow still go through.
 	r.must(t, "read at the end", frame(tRead, 1, uint32(1), uint64(math.MaxInt64-10), uint32(10)))
+}
+
+const (
+	tSymlink  = 16
+	tMknod    = 18
+	tRename   = 20
+	tLink     = 70
+	tRenameat = 74
+)
+
+// Names that cannot be one directory entry are EINVAL for what makes,
+// moves or removes, and ENOENT for walks (as Linux): no layer sees them.
+func TestBadNames(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(f.dir, "d", "y"), nil, 0o644)
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "walk x", twalk(1, 0, 2, "x"))
+	const nofid = ^uint32(0)
+	for _, name := range []string{"", ".", "..", "d/y", "a\x00b", "/"} {
+		r.must(t, "clone", twalk(1, 0, 1))
+		for _, m := range []struct {
+			what string
+			m    []byte
+		}{
+			{"mkdir", frame(tMkdir, 1, uint32(0), name, uint32(0o755), nofid)},
+			{"lcreate", frame(tLcreate, 1, uint32(1), name, uint32(2), uint32(0o644), nofid)},
+			{"symlink", frame(tSymlink, 1, uint32(0), name, "x", nofid)},
+			{"mknod", frame(tMknod, 1, uint32(0), name, uint32(syscall.S_IFIFO|0o644), uint32(0), uint32(0), nofid)},
+			{"link", frame(tLink, 1, uint32(0), uint32(2), name)},
+			{"renameat to", frame(tRenameat, 1, uint32(0), "x", uint32(0), name)},
+			{"renameat from", frame(tRenameat, 1, uint32(0), name, uint32(0), "z")},
+			{"rename", frame(tRename, 1, uint32(2), uint32(0), name)},
+			{"unlinkat", frame(tUnlinkat, 1, uint32(0), name, uint32(0))},
+			{"rmdir", frame(tUnlinkat, 1, uint32(0), name, uint32(unix.AT_REMOVEDIR))},
+		} {
+			if e, err := lerror(r.rpc(t, m.m)); err != nil || e != uint32(linux.EINVAL) {
+				t.Errorf("%s %q: errno %d %v, want EINVAL", m.what, name, e, err)
+			}
+		}
+		r.must(t, "clunk", frame(tClunk, 1, uint32(1)))
+		if name == "." || name == ".." {
+			continue // walks serve these
+		}
+		if e, err := lerror(r.rpc(t, twalk(1, 0, 3, name))); err != nil || e != uint32(linux.ENOENT) {
+			t.Errorf("walk %q: errno %d %v, want ENOENT", name, e, err)
+		}
+	}
+	ents, _ := os.ReadDir(f.dir)
+	if len(ents) != 2 {
+		t.Errorf("the directory holds %d entries, want x and d", len(ents))
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "d", "y")); err != nil {
+		t.Error(err)
+	}
 }
