@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/stack"
@@ -75,11 +76,19 @@ type root struct {
 	view uint32 // in the stack's coherence manager; 0 without one
 }
 
-// groups are a uid's groups from the user database.
+// groups are a uid's groups from the user database, as of at.
 type groups struct {
 	gid  uint32
 	supp []uint32
+	at   time.Time
 }
+
+// The user database is asked again about a uid after usersTTL (groups
+// change), and at most maxUsers uids are remembered (clients name any).
+const (
+	usersTTL = time.Minute
+	maxUsers = 1024
+)
 
 // nobody is who a squashed root and unknown clients act as.
 const nobody = 65534
@@ -222,16 +231,18 @@ func (s *Server) caller(uid uint32) layer.Caller {
 	return layer.Caller{Uid: uid, Gid: g.gid, Supp: g.supp, Check: true}
 }
 
-// groupsOf looks uid up in the user database, once: a uid it does not
-// know has its own number as gid and no supplementary groups.
+// groupsOf looks uid up in the user database, at most once in usersTTL:
+// a uid it does not know has its own number as gid and no supplementary
+// groups.
 func (s *Server) groupsOf(uid uint32) groups {
+	now := time.Now()
 	s.usersMu.Lock()
 	g, ok := s.users[uid]
 	s.usersMu.Unlock()
-	if ok {
+	if ok && now.Sub(g.at) < usersTTL {
 		return g
 	}
-	g = groups{gid: uid, supp: []uint32{}}
+	g = groups{gid: uid, supp: []uint32{}, at: now}
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		if n, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
 			g.gid = uint32(n)
@@ -245,7 +256,21 @@ func (s *Server) groupsOf(uid uint32) groups {
 		}
 	}
 	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	if _, ok := s.users[uid]; !ok && len(s.users) >= maxUsers {
+		// Full: the expired go, else any (map order is random enough).
+		for k, o := range s.users {
+			if now.Sub(o.at) >= usersTTL {
+				delete(s.users, k)
+			}
+		}
+		for k := range s.users {
+			if len(s.users) < maxUsers {
+				break
+			}
+			delete(s.users, k)
+		}
+	}
 	s.users[uid] = g
-	s.usersMu.Unlock()
 	return g
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hugelgupf/p9/linux"
 	"golang.org/x/sys/unix"
@@ -112,5 +113,30 @@ func TestBadNames(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.dir, "d", "y")); err != nil {
 		t.Error(err)
+	}
+}
+
+// The uid → groups cache asks the user database again after usersTTL,
+// and holds at most maxUsers uids.
+func TestGroupsCache(t *testing.T) {
+	f := newFixture(t, Options{})
+	s := f.s
+	const uid = 4000000001 // in no user database
+	s.users[uid] = groups{gid: 4242, supp: []uint32{}, at: time.Now().Add(-2 * usersTTL)}
+	if g := s.groupsOf(uid); g.gid != uid {
+		t.Errorf("an expired entry served: gid %d, want %d", g.gid, uid)
+	}
+	s.users[uid] = groups{gid: 4242, supp: []uint32{}, at: time.Now()}
+	if g := s.groupsOf(uid); g.gid != 4242 {
+		t.Errorf("a fresh entry not served: gid %d", g.gid)
+	}
+	for i := range uint32(maxUsers + 100) {
+		s.groupsOf(3000000000 + i)
+	}
+	if n := len(s.users); n > maxUsers {
+		t.Errorf("%d uids remembered, at most %d wanted", n, maxUsers)
+	}
+	if _, ok := s.users[3000000000+maxUsers+99]; !ok {
+		t.Error("the last uid looked up is not remembered")
 	}
 }
