@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,9 @@ import (
 // Options tune a Server.
 type Options struct {
 	// NoRootSquash lets uid 0 of clients act as root; otherwise it acts as
-	// 65534 (gid 65534).
+	// 65534 (gid 65534), and group 0 is 65534 too: the primary or a
+	// supplementary group of the uid claimed, and the group asked for
+	// what a request makes.
 	NoRootSquash bool
 	// MaxConns bounds concurrent connections (0: 64); excess connections
 	// are closed at once.
@@ -228,7 +231,26 @@ func (s *Server) caller(uid uint32) layer.Caller {
 		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true}
 	}
 	g := s.groupsOf(uid)
+	if !s.opts.NoRootSquash {
+		g.gid = s.squashGid(g.gid)
+		if slices.Contains(g.supp, 0) {
+			supp := make([]uint32, len(g.supp))
+			for i, id := range g.supp {
+				supp[i] = s.squashGid(id)
+			}
+			g.supp = supp
+		}
+	}
 	return layer.Caller{Uid: uid, Gid: g.gid, Supp: g.supp, Check: true}
+}
+
+// squashGid is the group gid acts as: root's is nobody's unless
+// NoRootSquash.
+func (s *Server) squashGid(gid uint32) uint32 {
+	if gid == 0 && !s.opts.NoRootSquash {
+		return nobody
+	}
+	return gid
 }
 
 // groupsOf looks uid up in the user database, at most once in usersTTL:

@@ -143,6 +143,9 @@ func (f *file) node(err syscall.Errno) (layer.Node, syscall.Errno) {
 // createGid is the caller for an operation that makes an object with 9P's
 // gid argument: the caller's gid for it if the caller is in that group.
 func (f *file) createCtx(ctx context.Context, gid uint32) context.Context {
+	if gid != p9wire.NoUID {
+		gid = f.c.s.squashGid(gid)
+	}
 	if gid == p9wire.NoUID || gid == f.who.Gid {
 		return ctx
 	}

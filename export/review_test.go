@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -138,5 +139,42 @@ func TestGroupsCache(t *testing.T) {
 	}
 	if _, ok := s.users[3000000000+maxUsers+99]; !ok {
 		t.Error("the last uid looked up is not remembered")
+	}
+}
+
+// Root squash maps group 0 too: a claimed uid's primary and supplementary
+// groups, and the group a request asks for what it makes.
+func TestRootSquashGroups(t *testing.T) {
+	f := newFixture(t, Options{})
+	now := time.Now()
+	f.s.users[1234] = groups{gid: 0, supp: []uint32{0, 7}, at: now}
+	f.s.users[1235] = groups{gid: 1235, supp: []uint32{nobodyUid}, at: now}
+	if c := f.s.caller(1234); c.Gid != nobodyUid || !slices.Equal(c.Supp, []uint32{nobodyUid, 7}) {
+		t.Errorf("caller of a uid in group 0: gid %d supp %v", c.Gid, c.Supp)
+	}
+	if g := f.s.users[1234]; g.gid != 0 || g.supp[0] != 0 {
+		t.Error("the cache was changed")
+	}
+	ns := New(f.st, nil, Options{NoRootSquash: true})
+	ns.users[1234] = groups{gid: 0, supp: []uint32{0}, at: now}
+	if w := ns.caller(1234); w.Gid != 0 || w.Supp[0] != 0 {
+		t.Errorf("NoRootSquash: gid %d supp %v", w.Gid, w.Supp)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("acting as other users needs root")
+	}
+	os.Chmod(f.dir, 0o777)
+	var st unix.Stat_t
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 1234)
+	r.must(t, "mkdir", frame(tMkdir, 1, uint32(0), "a", uint32(0o755), ^uint32(0)))
+	if err := unix.Stat(filepath.Join(f.dir, "a"), &st); err != nil || st.Uid != 1234 || st.Gid != nobodyUid {
+		t.Errorf("made by a uid of group 0: owner %d:%d %v, want 1234:%d", st.Uid, st.Gid, err, nobodyUid)
+	}
+	r = f.rawDial(t)
+	r.handshake(t, 64<<10, 1235)
+	r.must(t, "mkdir", frame(tMkdir, 1, uint32(0), "b", uint32(0o755), uint32(0)))
+	if err := unix.Stat(filepath.Join(f.dir, "b"), &st); err != nil || st.Gid != nobodyUid {
+		t.Errorf("made for group 0: group %d %v, want %d", st.Gid, err, nobodyUid)
 	}
 }
