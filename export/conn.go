@@ -15,12 +15,14 @@ type conn struct {
 	s      *Server
 	id     uint64
 	rw     io.ReadWriteCloser
-	ctx    context.Context // ends with the connection: requests' parent
-	base   context.Context // ctx without its end: for releases after it
-	msize  uint32          // guarded by wmu once requests run
-	wmu    sync.Mutex      // one reply on the wire at a time
-	slots  chan struct{}   // bounds the requests served at once
-	flight sync.WaitGroup  // requests in flight
+	ctx    context.Context    // ends with the connection: requests' parent
+	stop   context.CancelFunc // ends ctx
+	base   context.Context    // ctx without its end: for releases after it
+	msize  uint32             // guarded by wmu once requests run
+	wmu    sync.Mutex         // one reply on the wire at a time
+	broken bool               // a reply failed: no more are sent (wmu)
+	slots  chan struct{}      // bounds the requests served at once
+	flight sync.WaitGroup     // requests in flight
 
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec

@@ -27,6 +27,7 @@ type counts struct {
 	nodes, handles, dirs, twice atomic.Int64
 	view                        atomic.Uint32 // Caller.View of the last write
 	overflow                    atomic.Int64  // reads and writes whose end overflows
+	hang                        chan struct{} // what a Lookup of hangName waits for
 }
 
 func (c *counts) check(t *testing.T) {
@@ -76,10 +77,18 @@ func (n *cnode) child(c layer.Node, e layer.Errno) (layer.Node, layer.Errno) {
 // (a lower layer that hangs), then fails with EINTR.
 const blockName = "block-until-cancelled"
 
+// hangName is a name whose Lookup waits for counts.hang to close,
+// cancelled or not (a lower layer that ignores cancellation).
+const hangName = "hang-until-released"
+
 func (n *cnode) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	if name == blockName {
+	switch name {
+	case blockName:
 		<-ctx.Done()
 		return nil, syscall.EINTR
+	case hangName:
+		<-n.c.hang
+		return nil, syscall.ENOENT
 	}
 	return n.child(n.Lower.Lookup(ctx, name, out))
 }

@@ -2,6 +2,7 @@ package export
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -176,5 +177,53 @@ func TestRootSquashGroups(t *testing.T) {
 	r.must(t, "mkdir", frame(tMkdir, 1, uint32(0), "b", uint32(0o755), uint32(0)))
 	if err := unix.Stat(filepath.Join(f.dir, "b"), &st); err != nil || st.Gid != nobodyUid {
 		t.Errorf("made for group 0: group %d %v, want %d", st.Gid, err, nobodyUid)
+	}
+}
+
+// A client that stops reading replies is cut after writeTimeout, and its
+// connection releases everything.
+func TestClientStopsReading(t *testing.T) {
+	old := writeTimeout
+	writeTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { writeTimeout = old })
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	r.must(t, "walk", twalk(1, 0, 1))
+	r.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write(frame(tGetattr, 1, uint32(0), uint64(0x3fff))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection lasts while its client reads nothing")
+	}
+	f.c.check(t)
+}
+
+// Tflush waits for a slot like any request: a flood of them does not
+// make a goroutine each.
+func TestFlushesInFlight(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.c.hang = make(chan struct{})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	r.c.SetDeadline(time.Time{})
+	go io.Copy(io.Discard, r.c)
+	before := f.s.Requests()
+	go func() {
+		r.c.Write(twalk(1, 0, 1, hangName))
+		for i := range 500 {
+			if _, err := r.c.Write(frame(tFlush, uint16(10+i), uint16(1))); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	n := f.s.Requests() - before
+	close(f.c.hang)
+	if n > maxInFlight+2 {
+		t.Errorf("%d requests read while %d may be in flight", n, maxInFlight)
 	}
 }

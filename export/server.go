@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -24,6 +25,11 @@ const (
 	// more wait to be read.
 	maxInFlight = 64
 )
+
+// writeTimeout bounds how long a reply may wait for the client to read
+// (on connections with deadlines): a client that stops reading would
+// otherwise hold every request's goroutine and every fid.
+var writeTimeout = time.Minute
 
 // req is a request in flight, known by its tag to Tflush.
 type req struct {
@@ -61,8 +67,25 @@ func (c *conn) loop() {
 			c.send(nil, h.Tag, c.version(h.Tag, d))
 			continue
 		case p9wire.Tflush:
+			// A flush is a request in flight too: it waits for a slot,
+			// but cancels first, so that the requests it flushes (maybe
+			// all that hold the slots) end.
 			old := d.U16()
-			c.flight.Go(func() { c.flush(h.Tag, old) })
+			c.mu.Lock()
+			q := c.tags[old]
+			c.mu.Unlock()
+			if q != nil {
+				q.cancel()
+			}
+			select {
+			case c.slots <- struct{}{}:
+			case <-c.ctx.Done():
+				return
+			}
+			c.flight.Go(func() {
+				defer func() { <-c.slots }()
+				c.flush(h.Tag, old)
+			})
 			continue
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
@@ -94,7 +117,8 @@ func (c *conn) loop() {
 }
 
 // send writes a reply; q's tag is free again once it is on its way (a
-// Tflush that then finds no tag answers after it).
+// Tflush that then finds no tag answers after it). A reply the client
+// does not take within writeTimeout, or that fails, ends the connection.
 func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -103,8 +127,18 @@ func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
 		delete(c.tags, tag)
 		c.mu.Unlock()
 	}
+	if c.broken {
+		return
+	}
+	if d, ok := c.rw.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		d.SetWriteDeadline(time.Now().Add(writeTimeout))
+	}
 	if _, err := c.rw.Write(e.Frame()); err != nil {
-		c.rw.Close() // the client will not hear us: end the connection
+		// The client will not hear us: end the connection, and the
+		// requests in flight with it.
+		c.broken = true
+		c.rw.Close()
+		c.stop()
 	}
 }
 
