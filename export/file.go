@@ -980,12 +980,16 @@ func (f *file) renameat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) sysca
 }
 
 // parent is the directory f was walked from and the name it had there:
-// what Trename and Tremove act on.
+// what Trename and Tremove act on. A root (or a synthetic directory above
+// roots) is a mount: it has no entry of its own to act on (the name it
+// shadows in the root above is another file), so it is EBUSY, as a mount
+// point is.
 func (f *file) parent() (layer.Node, syscall.Errno) {
-	if len(f.up) == 0 || f.up[len(f.up)-1].rec == nil || f.rec == nil {
-		return nil, syscall.EBUSY // an attach root, or a root below a synthetic directory
+	n := len(f.up)
+	if n == 0 || f.mounts || f.rec == nil || f.up[n-1].rec == nil || f.up[n-1].r != f.r {
+		return nil, syscall.EBUSY
 	}
-	return f.up[len(f.up)-1].rec.n, 0
+	return f.up[n-1].rec.n, 0
 }
 
 // rename moves f's file into directory fid as name.

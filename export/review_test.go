@@ -13,6 +13,9 @@ import (
 
 	"github.com/hugelgupf/p9/linux"
 	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
 )
 
 // Tversion answers at most the msize asked (a client reads no larger
@@ -65,6 +68,7 @@ const (
 	tSymlink  = 16
 	tMknod    = 18
 	tRename   = 20
+	tRemove   = 122
 	tLink     = 70
 	tRenameat = 74
 )
@@ -225,5 +229,43 @@ func TestFlushesInFlight(t *testing.T) {
 	close(f.c.hang)
 	if n > maxInFlight+2 {
 		t.Errorf("%d requests read while %d may be in flight", n, maxInFlight)
+	}
+}
+
+// A root reached from the default root is a mount: Trename and Tremove of
+// it are EBUSY, and the entry of its name it shadows stays.
+func TestRenameRemoveOfRoot(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.Mkdir(filepath.Join(f.dir, "a"), 0o755) // shadowed by the root a
+	os.WriteFile(filepath.Join(f.dir, "a", "hidden"), nil, 0o644)
+	os.MkdirAll(filepath.Join(f.dir, "b", "c"), 0o755) // shadowed by the synthetic b
+	roots := map[string]layer.Node{"": f.root}
+	for _, name := range []string{"a", "b/c"} {
+		n, err := hostfs.New(f.st, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Forget)
+		roots[name] = n
+	}
+	f.s = New(f.st, roots, Options{NoRootSquash: true})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	for _, path := range [][]string{{"a"}, {"b"}, {"b", "c"}} {
+		r.must(t, "walk", twalk(1, 0, 1, path...))
+		if e, err := lerror(r.rpc(t, frame(tRename, 1, uint32(1), uint32(0), "moved"))); err != nil || e != uint32(linux.EBUSY) {
+			t.Errorf("rename of %v: errno %d %v, want EBUSY", path, e, err)
+		}
+		if e, err := lerror(r.rpc(t, frame(tRemove, 1, uint32(1)))); err != nil || e != uint32(linux.EBUSY) {
+			t.Errorf("remove of %v: errno %d %v, want EBUSY", path, e, err)
+		}
+	}
+	for _, p := range []string{"a/hidden", "b/c"} {
+		if _, err := os.Stat(filepath.Join(f.dir, p)); err != nil {
+			t.Errorf("the shadowed %s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "moved")); err == nil {
+		t.Error("a shadowed entry was renamed")
 	}
 }
