@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -23,6 +24,7 @@ type conn struct {
 	broken bool               // a reply failed: no more are sent (wmu)
 	slots  chan struct{}      // bounds the requests served at once
 	flight sync.WaitGroup     // requests in flight
+	seq    atomic.Uint64      // files made (file.seq)
 
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec

@@ -39,6 +39,7 @@ type walkState struct {
 // file is the state of one fid.
 type file struct {
 	c   *conn
+	seq uint64 // the order files are made in: conn.pair takes two by it
 	who layer.Caller
 	pos
 	up []pos // for "..", Trename and Tremove
@@ -201,7 +202,7 @@ func (f *file) walk(ctx context.Context, names []string) (*file, []p9wire.Qid, s
 	if e != 0 || len(qids) < len(names) {
 		return nil, qids, e
 	}
-	return &file{c: f.c, who: f.who, pos: w.at, up: w.up}, qids, 0
+	return &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, pos: w.at, up: w.up}, qids, 0
 }
 
 // full tells whether the connection holds MaxFids: walks would be vain.
@@ -689,7 +690,7 @@ func (f *file) xattrwalk(ctx context.Context, name string) (*file, syscall.Errno
 			return nil, e
 		}
 	}
-	nf := &file{c: f.c, who: f.who, pos: f.pos, xval: val}
+	nf := &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, pos: f.pos, xval: val}
 	f.c.ref(nf.pos)
 	return nf, 0
 }
@@ -921,36 +922,22 @@ func (f *file) mknod(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	return made(m, c, &a, e)
 }
 
-// peer returns the node of fid, which must be of f's root: the layers
-// link and rename only within one. A rename's target directory may be
-// fid itself, which the caller may hold already.
-func (f *file) peer(fid uint32) (layer.Node, syscall.Errno) {
-	o, e := f.c.fid(fid)
-	if e != 0 {
-		return nil, e
-	}
-	f.c.mu.Lock()
-	released := o.released
-	f.c.mu.Unlock()
-	if released {
-		return nil, syscall.EBADF
-	}
+// peer returns the node of o, which must be of f's root: the layers link
+// and rename only within one. The caller has both in use (conn.pair).
+func (f *file) peer(o *file) (layer.Node, syscall.Errno) {
 	if o.r != f.r || o.rec == nil {
 		return nil, syscall.EXDEV
 	}
 	return o.rec.n, 0
 }
 
-func (f *file) link(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid, name := d.U32(), d.Str()
-	if d.Err != nil || badName(name) {
-		return syscall.EINVAL
-	}
+// link makes name in f, a directory, a link to o's file.
+func (f *file) link(ctx context.Context, o *file, name string) syscall.Errno {
 	n, e := f.node(syscall.EROFS)
 	if e != 0 {
 		return e
 	}
-	t, e := f.peer(fid)
+	t, e := f.peer(o)
 	if e != 0 {
 		return e
 	}
@@ -963,16 +950,13 @@ func (f *file) link(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.E
 	return 0
 }
 
-func (f *file) renameat(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	oldName, newDir, newName := d.Str(), d.U32(), d.Str()
-	if d.Err != nil || badName(oldName, newName) {
-		return syscall.EINVAL
-	}
+// renameat moves oldName of f, a directory, to newName of o.
+func (f *file) renameat(ctx context.Context, oldName string, o *file, newName string) syscall.Errno {
 	n, e := f.node(syscall.EROFS)
 	if e != 0 {
 		return e
 	}
-	nd, e := f.peer(newDir)
+	nd, e := f.peer(o)
 	if e != 0 {
 		return e
 	}
@@ -992,21 +976,14 @@ func (f *file) parent() (layer.Node, syscall.Errno) {
 	return f.up[n-1].rec.n, 0
 }
 
-// rename moves f's file into directory fid as name.
-func (f *file) rename(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	dfid, name := d.U32(), d.Str()
-	if d.Err != nil || badName(name) {
-		return syscall.EINVAL
-	}
+// rename moves f's file into directory o as name; f has itself to itself
+// (conn.pair).
+func (f *file) rename(ctx context.Context, o *file, name string) syscall.Errno {
 	dir, e := f.parent()
 	if e != 0 {
 		return e
 	}
-	o, e := f.c.fid(dfid)
-	if e != 0 {
-		return e
-	}
-	nd, e := f.peer(dfid)
+	nd, e := f.peer(o)
 	if e != 0 {
 		return e
 	}
@@ -1015,7 +992,6 @@ func (f *file) rename(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 	}
 	// f now hangs below o; its old parent goes.
 	np := o.pos
-	np.name = o.name
 	f.c.ref(np)
 	f.c.unref(f.up[len(f.up)-1])
 	f.up[len(f.up)-1] = np

@@ -106,7 +106,15 @@ func (n *cnode) Symlink(ctx context.Context, target []byte, name string, out *la
 }
 
 func (n *cnode) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	n.c.used(target)
 	return n.child(n.Lower.Link(ctx, target.(*cnode).Lower, name, out))
+}
+
+// used counts a use of n after its Forget as a node given back twice.
+func (c *counts) used(n layer.Node) {
+	if n.(*cnode).forgot.Load() {
+		c.twice.Add(1)
+	}
 }
 
 func (n *cnode) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
@@ -119,6 +127,7 @@ func (n *cnode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (n *cnode) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
+	n.c.used(newDir)
 	return n.Lower.Rename(ctx, name, newDir.(*cnode).Lower, newName, flags)
 }
 

@@ -2,6 +2,7 @@ package export
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -268,4 +269,44 @@ func TestRenameRemoveOfRoot(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(f.dir, "moved")); err == nil {
 		t.Error("a shadowed entry was renamed")
 	}
+}
+
+// Tlink, Trenameat and Trename use the other fid they name while
+// requests change it (Tlcreate) or clunk it: they wait for those, and the
+// node they use is not Forgotten under them (the race detector and the
+// counting layer tell).
+func TestPeerFidInUse(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.c.SetDeadline(time.Now().Add(60 * time.Second))
+	r.must(t, "walk x", twalk(1, 0, 3, "x"))
+	for i := range 200 {
+		r.must(t, "clone", twalk(1, 0, 2))
+		r.must(t, "walk d", twalk(1, 0, 4, "d"))
+		ms := [][]byte{
+			frame(tLcreate, 1, uint32(2), fmt.Sprintf("c%d", i), uint32(2), uint32(0o644), ^uint32(0)),
+			frame(tRenameat, 2, uint32(0), "x", uint32(2), "x"),
+			frame(tLink, 3, uint32(0), uint32(2), fmt.Sprintf("l%d", i)),
+			frame(tRename, 4, uint32(3), uint32(4), "x"),
+			frame(tClunk, 5, uint32(4)),
+			frame(tRename, 6, uint32(3), uint32(0), "x"),
+			frame(tClunk, 7, uint32(2)),
+		}
+		go func() {
+			for _, m := range ms {
+				r.c.Write(m)
+			}
+		}()
+		for range ms {
+			if _, _, err := r.recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r.c.Close()
+	<-r.done
+	f.c.check(t)
 }

@@ -224,6 +224,36 @@ func init() {
 	handlers[p9wire.Tclunk] = (*conn).clunk
 	handlers[p9wire.Tremove] = (*conn).remove
 	handlers[p9wire.Txattrwalk] = (*conn).xattrwalk
+	handlers[p9wire.Tlink] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+		dfid, fid, name := d.U32(), d.U32(), d.Str()
+		if d.Err != nil || badName(name) {
+			return syscall.EINVAL
+		}
+		return c.pair(dfid, false, fid, func(f, o *file) syscall.Errno {
+			return f.link(f.opCtx(ctx), o, name)
+		})
+	}
+	handlers[p9wire.Trenameat] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+		olddir, oldName, newdir, newName := d.U32(), d.Str(), d.U32(), d.Str()
+		if d.Err != nil || badName(oldName, newName) {
+			return syscall.EINVAL
+		}
+		return c.pair(olddir, false, newdir, func(f, o *file) syscall.Errno {
+			return f.renameat(f.opCtx(ctx), oldName, o, newName)
+		})
+	}
+	handlers[p9wire.Trename] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+		fid, dfid, name := d.U32(), d.U32(), d.Str()
+		if d.Err != nil || badName(name) {
+			return syscall.EINVAL
+		}
+		return c.pair(fid, true, dfid, func(f, o *file) syscall.Errno {
+			if o == f {
+				return syscall.EINVAL // into itself
+			}
+			return f.rename(f.opCtx(ctx), o, name)
+		})
+	}
 	for _, ops := range []struct {
 		m    map[uint8]fidOp
 		excl bool
@@ -244,6 +274,45 @@ func init() {
 	}
 }
 
+// pair serves op on the files of fids a and b (which may be one), both in
+// use for the whole of it, a exclusively if excl: neither changes what it
+// is nor is released meanwhile. Two files are taken in the order they
+// were made, so that requests on the same two never wait for each other.
+func (c *conn) pair(a uint32, excl bool, b uint32, op func(f, o *file) syscall.Errno) syscall.Errno {
+	f, e := c.fid(a)
+	if e != 0 {
+		return e
+	}
+	o, e := c.fid(b)
+	if e != 0 {
+		return e
+	}
+	if o == f {
+		if !f.use(excl) {
+			return syscall.EBADF
+		}
+		defer f.done(excl)
+		return op(f, f)
+	}
+	type user struct {
+		f    *file
+		excl bool
+	}
+	us := [2]user{{f, excl}, {o, false}}
+	if o.seq < f.seq {
+		us[0], us[1] = us[1], us[0]
+	}
+	if !us[0].f.use(us[0].excl) {
+		return syscall.EBADF
+	}
+	defer us[0].f.done(us[0].excl)
+	if !us[1].f.use(us[1].excl) {
+		return syscall.EBADF
+	}
+	defer us[1].f.done(us[1].excl)
+	return op(f, o)
+}
+
 type fidOp = func(f *file, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno
 
 // fidChanges are the requests that change what their fid is: they have it
@@ -252,7 +321,6 @@ var fidChanges = map[uint8]fidOp{
 	p9wire.Tlopen:       (*file).lopen,
 	p9wire.Tlcreate:     (*file).lcreate,
 	p9wire.Txattrcreate: (*file).xattrcreate,
-	p9wire.Trename:      (*file).rename,
 }
 
 // fidOps are the requests on one fid (its number first), served by the
@@ -267,9 +335,7 @@ var fidOps = map[uint8]fidOp{
 	p9wire.Tfsync:    (*file).fsync,
 	p9wire.Tlock:     (*file).lock,
 	p9wire.Tgetlock:  (*file).getlock,
-	p9wire.Tlink:     (*file).link,
 	p9wire.Tmkdir:    (*file).mkdir,
-	p9wire.Trenameat: (*file).renameat,
 	p9wire.Tunlinkat: (*file).unlinkat,
 	p9wire.Tsymlink:  (*file).symlink,
 	p9wire.Tmknod:    (*file).mknod,
@@ -294,7 +360,7 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 	if c.full() {
 		return syscall.EMFILE
 	}
-	f := &file{c: c, who: c.s.caller(uid)}
+	f := &file{c: c, seq: c.seq.Add(1), who: c.s.caller(uid)}
 	top, e := f.mount(ctx, "")
 	if e != 0 {
 		return e
