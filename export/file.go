@@ -987,15 +987,38 @@ func (f *file) rename(ctx context.Context, o *file, name string) syscall.Errno {
 	if e != 0 {
 		return e
 	}
+	if e := f.still(ctx, dir); e != 0 {
+		return e
+	}
 	if e := dir.Rename(ctx, f.name, nd, name, 0); e != 0 {
 		return e
 	}
-	// f now hangs below o; its old parent goes.
-	np := o.pos
-	f.c.ref(np)
-	f.c.unref(f.up[len(f.up)-1])
-	f.up[len(f.up)-1] = np
+	// f now hangs below o: its path is o's, and the old one goes.
+	up := append(slices.Clone(o.up), o.pos)
+	for _, p := range up {
+		f.c.ref(p)
+	}
+	for _, p := range f.up {
+		f.c.unref(p)
+	}
+	f.up = up
 	f.name = name
+	return 0
+}
+
+// still tells whether f's name in dir, its parent, is still f's file:
+// ENOENT if someone else renamed or removed it.
+func (f *file) still(ctx context.Context, dir layer.Node) syscall.Errno {
+	var a layer.Attr
+	cur, e := dir.Lookup(ctx, f.name, &a)
+	if e != 0 {
+		return e
+	}
+	same := cur.Token() == f.rec.n.Token()
+	cur.Forget()
+	if !same {
+		return syscall.ENOENT
+	}
 	return 0
 }
 
@@ -1025,17 +1048,10 @@ func (f *file) remove(ctx context.Context) syscall.Errno {
 	if e != 0 {
 		return e
 	}
-	var a layer.Attr
-	cur, e := dir.Lookup(ctx, f.name, &a)
-	if e != 0 {
+	if e := f.still(ctx, dir); e != 0 {
 		return e
 	}
-	same := cur.Token() == f.rec.n.Token()
-	cur.Forget()
-	switch {
-	case !same:
-		return syscall.ENOENT // renamed away by someone else
-	case f.mode == syscall.S_IFDIR:
+	if f.mode == syscall.S_IFDIR {
 		return dir.Rmdir(ctx, f.name)
 	}
 	return dir.Unlink(ctx, f.name)

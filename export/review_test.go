@@ -17,6 +17,7 @@ import (
 
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // Tversion answers at most the msize asked (a client reads no larger
@@ -309,4 +310,44 @@ func TestPeerFidInUse(t *testing.T) {
 	r.c.Close()
 	<-r.done
 	f.c.check(t)
+}
+
+// Trename acts only if f's name still is its file, and f's path is then
+// its new directory's: ".." walks up from there.
+func TestRenamePath(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.MkdirAll(filepath.Join(f.dir, "a", "b"), 0o755)
+	os.Mkdir(filepath.Join(f.dir, "c"), 0o755)
+	os.WriteFile(filepath.Join(f.dir, "a", "b", "x"), []byte("x"), 0o644)
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	qids := func(body []byte) []p9wire.Qid {
+		d := p9wire.Dec{B: body}
+		q := make([]p9wire.Qid, d.U16())
+		for i := range q {
+			q[i] = d.Qid()
+		}
+		return q
+	}
+	root := qids(r.must(t, "walk", twalk(1, 0, 9, "c", "..")))[1]
+	r.must(t, "walk x", twalk(1, 0, 1, "a", "b", "x"))
+	r.must(t, "walk c", twalk(1, 0, 2, "c"))
+	r.must(t, "rename", frame(tRename, 1, uint32(1), uint32(2), "y"))
+	if _, err := os.Stat(filepath.Join(f.dir, "c", "y")); err != nil {
+		t.Fatal(err)
+	}
+	q := qids(r.must(t, "walk ../..", twalk(1, 1, 3, "..", "..")))
+	if len(q) != 2 || q[1] != root {
+		t.Fatalf("../.. of c/y: %v, want the root %v", q, root)
+	}
+	// Someone else moves y away and makes another: the rename of the fid
+	// is ENOENT and touches neither.
+	os.Rename(filepath.Join(f.dir, "c", "y"), filepath.Join(f.dir, "moved"))
+	os.WriteFile(filepath.Join(f.dir, "c", "y"), []byte("other"), 0o644)
+	if e, err := lerror(r.rpc(t, frame(tRename, 1, uint32(1), uint32(0), "z"))); err != nil || e != uint32(linux.ENOENT) {
+		t.Fatalf("rename of a fid whose name is another file's: errno %d %v, want ENOENT", e, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(f.dir, "c", "y")); err != nil || string(b) != "other" {
+		t.Fatalf("the other file: %q %v", b, err)
+	}
 }
