@@ -22,9 +22,9 @@ check_workdir() {
 
 w_cp() { cp -a "$SRC" "$1/src"; }
 w_find() { find "$1/src" | wc -l; }
-# A batch of files with no match is grep's exit 1, not an error.
+# A batch of files (or a tree) with no match is grep's exit 1, not an error.
 w_xgrep() { find "$1/src" -type f -print0 | xargs -0 sh -c 'grep -l "func main" "$@"; [ $? -le 1 ]' grep | wc -l; }
-w_grep() { grep -r -l "func main" "$1/src" | wc -l; }
+w_grep() { { grep -r -l "func main" "$1/src" || [ $? -eq 1 ]; } | wc -l; }
 w_rm() { rm -r "$1/src"; }
 w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
 w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
