@@ -70,7 +70,7 @@ type xattrSet struct {
 	val   []byte
 }
 
-// opCtx is ctx carrying f's caller, through its root's view.
+// opCtx is ctx carrying f's caller, through its root's view; f is in use.
 func (f *file) opCtx(ctx context.Context) context.Context { return callerCtx(ctx, f.who, f.r) }
 
 // use starts an operation on f, exclusive if it changes f: false if f has
@@ -750,6 +750,7 @@ func (f *file) commitXattr(ctx context.Context) syscall.Errno {
 		return syscall.EBADF
 	}
 	defer f.done(true)
+	ctx = f.opCtx(ctx)
 	x := f.xset
 	if x == nil {
 		return 0
@@ -1044,6 +1045,7 @@ func (f *file) remove(ctx context.Context) syscall.Errno {
 		return syscall.EBADF
 	}
 	defer f.done(false)
+	ctx = f.opCtx(ctx)
 	dir, e := f.parent()
 	if e != 0 {
 		return e

@@ -441,7 +441,7 @@ func (c *conn) clunk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	if e != 0 {
 		return e
 	}
-	e = f.commitXattr(f.opCtx(ctx))
+	e = f.commitXattr(ctx)
 	f.release()
 	return e
 }
@@ -457,7 +457,7 @@ func (c *conn) remove(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 		return e
 	}
 	defer f.release()
-	return f.remove(f.opCtx(ctx))
+	return f.remove(ctx)
 }
 
 func (c *conn) xattrwalk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
