@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"container/list"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,8 @@ type conn struct {
 	roots   map[uint32]*root // the attach of each uid
 	dead    chan struct{}    // closed when the connection failed
 	err     error
+	maxIdle int       // idle node fids kept (see nodeFid)
+	idle    list.List // the idle node fids, least recently used first
 }
 
 type reply struct {
@@ -57,8 +60,8 @@ type root struct {
 }
 
 // newConn negotiates the version on nc and starts reading replies.
-func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, log *slog.Logger, onDead func(*conn)) (*conn, error) {
-	c := &conn{nc: nc, msize: msize, timeout: timeout, aname: aname, log: log, onDead: onDead,
+func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, maxIdle int, log *slog.Logger, onDead func(*conn)) (*conn, error) {
+	c := &conn{nc: nc, msize: msize, timeout: timeout, aname: aname, maxIdle: maxIdle, log: log, onDead: onDead,
 		pending: map[uint16]chan reply{}, roots: map[uint32]*root{}, nextFid: 1, dead: make(chan struct{})}
 	// Tversion before the reader starts: it is the one request alone on
 	// the wire, and a server that never answers must not hang us.

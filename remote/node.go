@@ -14,7 +14,8 @@ import (
 
 // node is a remote file. It holds no fid of its own identity: a fid per
 // uid and connection, walked by path on first use, so that a node outlives
-// connections and serves every caller as itself.
+// connections and serves every caller as itself; a connection keeps a
+// bounded number of them (see nodeFid).
 type node struct {
 	fs     *FS
 	tok    layer.Token
@@ -29,11 +30,6 @@ type node struct {
 
 	mu   sync.Mutex
 	fids map[uint32]*nodeFid // by uid
-}
-
-type nodeFid struct {
-	c   *conn
-	fid uint32
 }
 
 var _ layer.Node = (*node)(nil)
@@ -65,56 +61,60 @@ func (n *node) path() ([]string, layer.Errno) {
 }
 
 // use returns the live connection, the node's fid on it for ctx's caller,
-// and the caller.
-func (n *node) use(ctx context.Context) (*conn, uint32, ident, layer.Errno) {
+// the caller, and done, to call when the request no longer uses the fid
+// (never nil).
+func (n *node) use(ctx context.Context) (*conn, uint32, ident, func(), layer.Errno) {
 	id := identOf(ctx)
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
-		return nil, 0, id, e
+		return nil, 0, id, noop, e
 	}
-	fid, e := n.fidOn(c, id.uid)
-	return c, fid, id, e
+	fid, done, e := n.fidOn(c, id.uid)
+	return c, fid, id, done, e
 }
 
 // fidOn returns the node's fid for uid on c, walking it from uid's attach
-// by the node's path if it has none there yet.
-func (n *node) fidOn(c *conn, uid uint32) (uint32, layer.Errno) {
+// by the node's path if it has none there yet, and done, to call when the
+// caller no longer uses it (never nil): until then it stays the node's.
+func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 	n.mu.Lock()
-	if f := n.fids[uid]; f != nil && f.c == c {
-		n.mu.Unlock()
-		return f.fid, 0
-	}
+	f := n.fids[uid]
 	n.mu.Unlock()
+	if f != nil && f.c == c && f.pin() {
+		return f.fid, f.unpin, 0
+	}
 	rfid, err := c.root(uid)
 	if err != nil {
-		return 0, errno(err)
+		return 0, noop, errno(err)
 	}
 	if n.isRoot {
-		return rfid, 0 // the attach itself: clunked with its connection only
+		return rfid, noop, 0 // the attach itself: clunked with its connection only
 	}
 	names, e := n.path()
 	if e != 0 {
-		return 0, e
+		return 0, noop, e
 	}
 	fid, q, err := c.walk(rfid, names)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
-			return 0, syscall.ESTALE // renamed or removed beside us
+			return 0, noop, syscall.ESTALE // renamed or removed beside us
 		}
-		return 0, errno(err)
+		return 0, noop, errno(err)
 	}
 	if q.Path != n.tok.Ino {
 		c.clunk(fid)
-		return 0, syscall.ESTALE // the path names another file now
+		return 0, noop, syscall.ESTALE // the path names another file now
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if f := n.fids[uid]; f != nil && f.c == c {
+	if f := n.fids[uid]; f != nil && f.c == c && f.pin() {
+		n.mu.Unlock()
 		go c.clunk(fid) // another request walked it meanwhile
-		return f.fid, 0
+		return f.fid, f.unpin, 0
 	}
-	n.fids[uid] = &nodeFid{c, fid}
-	return fid, 0
+	nf := newNodeFid(c, n, uid, fid)
+	n.fids[uid] = nf
+	n.mu.Unlock()
+	return fid, nf.unpin, 0
 }
 
 // Forget clunks the node's fids and leaves the tree.
@@ -142,20 +142,15 @@ func (n *node) subtree(to []*node) []*node {
 	return to
 }
 
-// dropFids clunks the node's fids: later requests walk new ones.
+// dropFids clunks the node's fids (those requests use, when they are
+// done): later requests walk new ones.
 func (n *node) dropFids() {
 	n.mu.Lock()
 	fids := n.fids
 	n.fids = map[uint32]*nodeFid{}
 	n.mu.Unlock()
-	if len(fids) > 0 {
-		go func() {
-			for _, f := range fids {
-				if f.c.alive() {
-					f.c.clunk(f.fid)
-				}
-			}
-		}()
+	for _, f := range fids {
+		f.drop()
 	}
 }
 
@@ -207,9 +202,9 @@ func validName(name string) layer.Errno {
 }
 
 // useDir is use for an operation on name in the directory n.
-func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, layer.Errno) {
+func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, func(), layer.Errno) {
 	if e := validName(name); e != 0 {
-		return nil, 0, ident{}, e
+		return nil, 0, ident{}, noop, e
 	}
 	return n.use(ctx)
 }
@@ -227,13 +222,17 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, out *layer.Attr) (*
 		return nil, errno(err)
 	}
 	*out = ra.Attr
-	ch := &node{fs: n.fs, tok: token(&ra), fids: map[uint32]*nodeFid{uid: {c, fid}}}
+	ch := &node{fs: n.fs, tok: token(&ra)}
+	f := newNodeFid(c, ch, uid, fid)
+	ch.fids = map[uint32]*nodeFid{uid: f}
 	n.adopt(name, ch)
+	f.unpin() // idle now
 	return ch, 0
 }
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
-	c, fid, e := n.fidFor(ctx, h)
+	c, fid, done, e := n.fidFor(ctx, h)
+	defer done()
 	if e != 0 {
 		return e
 	}
@@ -247,17 +246,18 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 
 // fidFor is the fid to act on the node with: h's, which reaches the file
 // even after it was removed, or the node's.
-func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, layer.Errno) {
+func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, func(), layer.Errno) {
 	if f, ok := h.(*handle); ok && f.n == n {
 		c, fid, _, e := f.use(ctx)
-		return c, fid, e
+		return c, fid, noop, e
 	}
-	c, fid, _, e := n.use(ctx)
-	return c, fid, e
+	c, fid, _, done, e := n.use(ctx)
+	return c, fid, done, e
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
-	c, fid, e := n.fidFor(ctx, h)
+	c, fid, done, e := n.fidFor(ctx, h)
+	defer done()
 	if e != 0 {
 		return e
 	}
@@ -340,7 +340,8 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	c, dfid, id, e := n.useDir(ctx, name)
+	c, dfid, id, done, e := n.useDir(ctx, name)
+	defer done()
 	if e != 0 {
 		return nil, e
 	}
@@ -368,7 +369,8 @@ func (n *node) newMode(c *conn, dfid uint32, id ident, mode uint32) uint32 {
 // make runs mk (which sends the creating request) as the caller, then
 // returns the node it made.
 func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c *conn, dfid uint32, id ident) error) (layer.Node, layer.Errno) {
-	c, dfid, id, e := n.useDir(ctx, name)
+	c, dfid, id, done, e := n.useDir(ctx, name)
+	defer done()
 	if e != 0 {
 		return nil, e
 	}
@@ -427,7 +429,8 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return nil, syscall.EXDEV
 	}
 	ch, e := n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		tfid, e := t.fidOn(c, id.uid)
+		tfid, tdone, e := t.fidOn(c, id.uid)
+		defer tdone()
 		if e != 0 {
 			return e
 		}
@@ -445,7 +448,8 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
-	c, dfid, id, e := n.useDir(ctx, name)
+	c, dfid, id, done, e := n.useDir(ctx, name)
+	defer done()
 	if e != 0 {
 		return nil, nil, e
 	}
@@ -494,7 +498,8 @@ func (n *node) Rmdir(ctx context.Context, name string) layer.Errno {
 }
 
 func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errno {
-	c, dfid, id, e := n.useDir(ctx, name)
+	c, dfid, id, done, e := n.useDir(ctx, name)
+	defer done()
 	if e != 0 {
 		return e
 	}
@@ -543,11 +548,13 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e := validName(newName); e != 0 {
 		return e
 	}
-	c, dfid, id, e := n.useDir(ctx, name)
+	c, dfid, id, done, e := n.useDir(ctx, name)
+	defer done()
 	if e != 0 {
 		return e
 	}
-	ndfid, e := d.fidOn(c, id.uid)
+	ndfid, ddone, e := d.fidOn(c, id.uid)
+	defer ddone()
 	if e != 0 {
 		return e
 	}
@@ -602,7 +609,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
-	c, fid, _, e := n.use(ctx)
+	c, fid, _, done, e := n.use(ctx)
+	defer done()
 	if e != 0 {
 		return nil, e
 	}
@@ -621,11 +629,12 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 
 // openFid clones the node's fid for uid and opens it.
 func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.Errno) {
-	nfid, e := n.fidOn(c, uid)
+	nfid, done, e := n.fidOn(c, uid)
 	if e != 0 {
 		return 0, 0, e
 	}
 	fid, _, err := c.walk(nfid, nil)
+	done()
 	if err != nil {
 		return 0, 0, errno(err)
 	}
@@ -670,7 +679,8 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 }
 
 func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
-	c, fid, _, e := n.use(ctx)
+	c, fid, _, done, e := n.use(ctx)
+	defer done()
 	if e != 0 {
 		return e
 	}

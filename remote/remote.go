@@ -4,12 +4,18 @@
 //
 // Identity: every request runs as the caller its ctx carries
 // (layer.Caller; the process's own ids when there is none). The client
-// attaches once per uid, on that uid's first request, and every node keeps
-// a fid per uid, walked from that uid's attach by the node's path, so the
+// attaches once per uid, on that uid's first request, and a node's fids
+// are per uid, walked from that uid's attach by the node's path, so the
 // server checks permissions as the caller and never sees one uid act
 // through another's fid. New objects get the caller's gid, and a mode
 // masked with the caller's umask unless the directory has a default ACL
 // (9P has no umask), as hostfs does locally.
+//
+// Fids: the kernel forgets nodes only under memory pressure, and servers
+// bound the fids of a connection (shale serve: --max-fids, 4096), so a
+// connection keeps at most 1024 idle node fids, clunking the least
+// recently used; their nodes walk again by path when next used. Open
+// handles keep their fids.
 //
 // Nothing is cached beyond one request: every Getattr is a Tgetattr, every
 // Lookup a Twalk and a Tgetattr. Changes made through the client raise
@@ -56,6 +62,8 @@ type Options struct {
 	Timeout time.Duration
 	Msize   uint32 // largest message; 0 means 1 MiB (the server may lower it)
 	Logger  *slog.Logger
+
+	idleFids int // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
 }
 
 const (
@@ -72,6 +80,7 @@ type FS struct {
 	aname    string
 	timeout  time.Duration
 	msize    uint32
+	idleFids int
 	log      *slog.Logger
 	clientID string // names this client's locks on the server
 
@@ -105,12 +114,16 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, dial: dial, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
-		procs: map[uint64]uint32{}, posix: map[posixLock]bool{}, ready: make(chan struct{})}
+		idleFids: opts.idleFids, procs: map[uint64]uint32{},
+		posix: map[posixLock]bool{}, ready: make(chan struct{})}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}
 	if fs.msize == 0 {
 		fs.msize = defaultMsize
+	}
+	if fs.idleFids <= 0 {
+		fs.idleFids = defaultIdleFids
 	}
 	if fs.log == nil {
 		fs.log = slog.New(slog.DiscardHandler)
@@ -146,7 +159,7 @@ func (fs *FS) connect(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.log, fs.lost)
+	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.idleFids, fs.log, fs.lost)
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -33,7 +33,8 @@ func (c *conn) xattrwalk(fid uint32, name string) (uint32, uint64, error) {
 
 // readXattr reads name's value into dest; an empty dest asks for its size.
 func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
-	c, fid, _, e := n.use(ctx)
+	c, fid, _, done, e := n.use(ctx)
+	defer done()
 	if e != 0 {
 		return 0, e
 	}
@@ -84,7 +85,8 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
 // Tclunk that ends it answers whether the server could set it. A nil
 // value of size 0 removes the attribute, as the kernel's 9P client does.
 func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
-	c, fid, _, e := n.use(ctx)
+	c, fid, _, done, e := n.use(ctx)
+	defer done()
 	if e != 0 {
 		return e
 	}
