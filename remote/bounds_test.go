@@ -3,9 +3,12 @@ package remote
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -13,6 +16,7 @@ import (
 	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -41,6 +45,36 @@ func (x *exported) dial(ctx context.Context) (net.Conn, error) {
 	cli, srv := net.Pipe()
 	go x.s.ServeConn(srv)
 	return cli, nil
+}
+
+// proxy is dial with onReply called with the type of each reply before
+// the client gets it.
+func (x *exported) proxy(onReply func(typ uint8)) func(context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
+		cli, mid := net.Pipe()
+		up, srv := net.Pipe()
+		go x.s.ServeConn(srv)
+		go func() {
+			io.Copy(up, mid)
+			up.Close()
+		}()
+		go func() {
+			defer mid.Close()
+			for {
+				h, body, err := p9wire.ReadFrame(up, 1<<24)
+				if err != nil {
+					return
+				}
+				onReply(h.Type)
+				e := p9wire.Msg(h.Type, h.Tag)
+				e.B = append(e.B, body...)
+				if _, err := mid.Write(e.Frame()); err != nil {
+					return
+				}
+			}
+		}()
+		return cli, nil
+	}
 }
 
 func mountWith(t *testing.T, dial func(context.Context) (net.Conn, error), opts Options) *node {
@@ -98,5 +132,35 @@ func TestIdleFids(t *testing.T) {
 			t.Fatalf("handle %d read %q", i, buf[:k])
 		}
 		must(t, h.Release(bg), "release")
+	}
+}
+
+// Create's node is the file its handle has open, even when another
+// client replaced the name before the client walked it.
+func TestCreateReplaced(t *testing.T) {
+	x := newExported(t, export.Options{})
+	other := filepath.Join(x.dir, "other")
+	os.WriteFile(other, []byte("other"), 0o644)
+	var once sync.Once
+	root := mountWith(t, x.proxy(func(typ uint8) {
+		if typ == p9wire.Tlcreate+1 {
+			once.Do(func() { os.Rename(other, filepath.Join(x.dir, "f")) })
+		}
+	}), Options{})
+	var a layer.Attr
+	n, h, e := root.Create(bg, "f", unix.O_RDWR, 0o644, &a)
+	must(t, e, "create")
+	defer h.Release(bg)
+	var ha layer.Attr
+	must(t, n.Getattr(bg, h, &ha), "getattr through the handle")
+	if n.Token().Ino != ha.Ino || a.Ino != ha.Ino {
+		t.Fatalf("node token ino %d, attr ino %d; the open file is ino %d", n.Token().Ino, a.Ino, ha.Ino)
+	}
+	st, err := os.Stat(filepath.Join(x.dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ino := st.Sys().(*syscall.Stat_t).Ino; ino == ha.Ino {
+		t.Fatalf("the name was not replaced (ino %d): the test tests nothing", ino)
 	}
 }

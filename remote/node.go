@@ -210,11 +210,16 @@ func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, f
 }
 
 // child walks to name in the directory dfid and makes its node, with a
-// fid for uid.
-func (n *node) child(c *conn, dfid, uid uint32, name string, out *layer.Attr) (*node, layer.Errno) {
-	fid, _, err := c.walk(dfid, []string{name})
+// fid for uid. With want, the file must be that one: if the name is
+// another file's, child fails with ESTALE.
+func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr) (*node, layer.Errno) {
+	fid, q, err := c.walk(dfid, []string{name})
 	if err != nil {
 		return nil, errno(err)
+	}
+	if want != nil && q.Path != want.Path {
+		c.clunk(fid)
+		return nil, syscall.ESTALE
 	}
 	ra, err := c.getattr(fid)
 	if err != nil {
@@ -345,7 +350,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	ch, e := n.child(c, dfid, id.uid, name, out)
+	ch, e := n.child(c, dfid, id.uid, name, nil, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -378,7 +383,7 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 		return nil, errno(err)
 	}
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
-	ch, e := n.child(c, dfid, id.uid, name, out)
+	ch, e := n.child(c, dfid, id.uid, name, nil, out)
 	if e != 0 {
 		return nil, e
 	}
@@ -470,10 +475,12 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		c.clunk(hfid)
 		return nil, nil, errno(err)
 	}
-	d.Qid()
+	q := d.Qid()
 	iounit := d.U32()
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
-	ch, e := n.child(c, dfid, id.uid, name, out)
+	// The node must be the file the handle has open: not what the name
+	// is by the time it is walked, if another client replaced it.
+	ch, e := n.child(c, dfid, id.uid, name, &q, out)
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.
