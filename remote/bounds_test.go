@@ -164,3 +164,41 @@ func TestCreateReplaced(t *testing.T) {
 		t.Fatalf("the name was not replaced (ino %d): the test tests nothing", ino)
 	}
 }
+
+// A node whose name was replaced by a rename, or unlinked, loses its fids:
+// it does not reach what has the name now, nor keep the old file on a fid.
+func TestReplacedNodes(t *testing.T) {
+	run := func(t *testing.T, root *node, dir string) {
+		os.WriteFile(filepath.Join(dir, "a"), []byte("A"), 0o644)
+		os.WriteFile(filepath.Join(dir, "b"), []byte("B"), 0o644)
+		na, nb := lookup(t, root, "a"), lookup(t, root, "b")
+		var a layer.Attr
+		must(t, nb.Getattr(bg, nil, &a), "getattr b") // a fid now
+		must(t, root.Rename(bg, "a", root, "b", 0), "rename a over b")
+		if e := nb.Getattr(bg, nil, &a); e != syscall.ESTALE {
+			t.Fatalf("replaced node: getattr %v (ino %d), want ESTALE", e, a.Ino)
+		}
+		must(t, na.Getattr(bg, nil, &a), "getattr of the moved node")
+		if a.Ino != na.Token().Ino {
+			t.Fatalf("moved node reaches ino %d, is %d", a.Ino, na.Token().Ino)
+		}
+		e := root.Unlink(bg, "b")
+		if e == syscall.ENOSYS {
+			return // hugelgupf/p9's localfs cannot remove
+		}
+		must(t, e, "unlink")
+		os.WriteFile(filepath.Join(dir, "b"), []byte("new"), 0o644)
+		if e := na.Getattr(bg, nil, &a); e != syscall.ESTALE {
+			t.Fatalf("unlinked node: getattr %v (ino %d), want ESTALE", e, a.Ino)
+		}
+	}
+	t.Run("export", func(t *testing.T) {
+		x := newExported(t, export.Options{})
+		run(t, mountWith(t, x.dial, Options{}), x.dir)
+	})
+	servers(t, func(t *testing.T, mk func(t *testing.T) server) {
+		srv := mk(t)
+		root, _ := mount(t, srv)
+		run(t, root, serverDir(srv))
+	})
+}

@@ -22,8 +22,9 @@ type node struct {
 	isRoot bool
 
 	// Under fs.tree. A node that is neither the root nor anyone's child
-	// (its name was removed or replaced) has no path: it keeps the fids it
-	// has, but cannot walk new ones.
+	// (its name was removed or replaced) has no path: it loses its fids
+	// (on servers that keep a path per fid, such as diod, they would reach
+	// whatever has the name now) and cannot walk new ones (ESTALE).
 	parent   *node
 	name     string
 	children map[string][]*node // nodes given out for each name, not yet forgotten
@@ -174,14 +175,20 @@ func (n *node) adopt(name string, c *node) {
 	n.children[name] = append(n.children[name], c)
 }
 
-// detach cuts the nodes of name in n from the tree: the name is gone.
+// detach cuts the nodes of name in n from the tree, the name being gone,
+// and drops their fids and those of the nodes beneath them.
 func (n *node) detach(name string) {
 	n.fs.tree.Lock()
-	defer n.fs.tree.Unlock()
+	var sub []*node
 	for _, c := range n.children[name] {
 		c.parent = nil
+		sub = c.subtree(sub)
 	}
 	delete(n.children, name)
+	n.fs.tree.Unlock()
+	for _, m := range sub {
+		m.dropFids()
+	}
 }
 
 // validName refuses names the kernel would never send but a buggy layer
@@ -581,8 +588,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	}
 	if n != d || name != newName {
 		n.fs.tree.Lock()
+		var sub []*node
 		for _, r := range d.children[newName] {
 			r.parent = nil // replaced
+			sub = r.subtree(sub)
 		}
 		moved := n.children[name]
 		delete(n.children, name)
@@ -597,14 +606,15 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		} else {
 			delete(d.children, newName)
 		}
-		var sub []*node
 		for _, m := range moved {
 			sub = m.subtree(sub)
 		}
 		n.fs.tree.Unlock()
 		// Servers that keep a path per fid (diod, hugelgupf/p9's
 		// localfs) do not move the other fids of a renamed file: walk
-		// them again by the new path.
+		// them again by the new path. The fids of the replaced file
+		// would reach the moved one there: they go, and its nodes have
+		// no path (ESTALE).
 		for _, m := range sub {
 			m.dropFids()
 		}

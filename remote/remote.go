@@ -15,7 +15,8 @@
 // bound the fids of a connection (shale serve: --max-fids, 4096), so a
 // connection keeps at most 1024 idle node fids, clunking the least
 // recently used; their nodes walk again by path when next used. Open
-// handles keep their fids.
+// handles keep their fids. A node whose name was removed or replaced
+// through the client loses its fids and has no path: ESTALE.
 //
 // Nothing is cached beyond one request: every Getattr is a Tgetattr, every
 // Lookup a Twalk and a Tgetattr. Changes made through the client raise
