@@ -7,15 +7,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/stack"
 )
@@ -82,7 +86,7 @@ func mountWith(t *testing.T, dial func(context.Context) (net.Conn, error), opts 
 	if opts.Timeout == 0 {
 		opts.Timeout = testTimeout
 	}
-	root, err := newFS(bg, stack.New(stack.Options{}), dial, "", opts)
+	root, err := newFS(bg, stack.New(stack.Options{}), dial, "pipe", "", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +137,76 @@ func TestIdleFids(t *testing.T) {
 		}
 		must(t, h.Release(bg), "release")
 	}
+}
+
+// A New that fails after it connected leaves no connection and no dialing
+// behind.
+func TestNewFailureLeaks(t *testing.T) {
+	x := newExported(t, export.Options{})
+	before := runtime.NumGoroutine()
+	_, err := newFS(bg, stack.New(stack.Options{}), x.dial, "unix:/there", "no/such/tree", Options{Timeout: testTimeout})
+	if err == nil {
+		t.Fatal("attached a tree that is not there")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "9p server at unix:/there") || !strings.Contains(msg, `"no/such/tree"`) || strings.Contains(msg, "\n") {
+		t.Fatalf("error %q: want one line naming the server and the tree", msg)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before New:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// New's errors name the server and say what to do, in one line.
+func TestNewErrors(t *testing.T) {
+	dir := t.TempDir()
+	st := stack.New(stack.Options{})
+	check := func(err error, want ...string) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("New succeeded")
+		}
+		msg := err.Error()
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("error %q lacks %q", msg, w)
+			}
+		}
+		if strings.Contains(msg, "\n") {
+			t.Errorf("error %q is more than one line", msg)
+		}
+	}
+
+	// Nobody there.
+	gone := p9net.Remote{Addr: p9net.Addr{Network: "unix", Address: filepath.Join(dir, "none.sock")}}
+	_, err := New(bg, st, gone, Options{Timeout: testTimeout})
+	check(err, "9p server at unix:"+gone.Addr.Address+" ", "is it running")
+
+	// A server with a key, a client without.
+	x := newExported(t, export.Options{})
+	addr := p9net.Addr{Network: "unix", Address: filepath.Join(dir, "keyed.sock")}
+	l, err := p9net.Listen(addr, p9net.Key("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	var wg sync.WaitGroup
+	wg.Go(func() { x.s.Serve(ctx, l) })
+	defer wg.Wait()
+	defer cancel()
+	// The server takes the request for the start of a TLS record and
+	// waits for the rest, until its handshake times out: wait longer.
+	_, err = New(bg, st, p9net.Remote{Addr: addr}, Options{Timeout: p9net.HandshakeTimeout + 10*time.Second})
+	check(err, "9p server at unix:"+addr.Address+" closed the connection during version negotiation: does it need a key (?keyfile=FILE)?")
+
+	// A tree the server does not have.
+	_, err = newFS(bg, st, x.dial, "unix:/x", "nope", Options{Timeout: testTimeout})
+	check(err, "9p server at unix:/x ", `"nope"`, "check")
 }
 
 // Create's node is the file its handle has open, even when another

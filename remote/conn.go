@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os/user"
@@ -70,29 +71,51 @@ func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, max
 	e.U32(msize)
 	e.Str(p9wire.Version)
 	if _, err := nc.Write(e.Frame()); err != nil {
-		return nil, err
+		return nil, versionErr(err, timeout)
 	}
 	h, body, err := p9wire.ReadFrame(nc, 1<<16)
 	if err != nil {
-		return nil, fmt.Errorf("9p version: %w", err)
+		return nil, versionErr(err, timeout)
 	}
 	d := p9wire.Dec{B: body}
 	if h.Type == p9wire.Rlerror {
-		return nil, fmt.Errorf("9p version: %w", syscall.Errno(d.U32()))
+		return nil, fmt.Errorf("refused version %s (%v): shale needs a 9P2000.L server, such as shale serve or diod", p9wire.Version, syscall.Errno(d.U32()))
 	}
 	m, v := d.U32(), d.Str()
-	if h.Type != p9wire.Tversion+1 || d.Err != nil || v != p9wire.Version {
-		return nil, fmt.Errorf("9p version: the server speaks %q, not 9P2000.L", v)
+	if h.Type != p9wire.Tversion+1 || d.Err != nil {
+		return nil, fmt.Errorf("answered the version request with something that is not 9P: is it a 9P server, and does it need a key (?keyfile=FILE)?")
+	}
+	if v != p9wire.Version {
+		return nil, fmt.Errorf("speaks %q, not %s: shale needs a 9P2000.L server, such as shale serve or diod", v, p9wire.Version)
 	}
 	if m < c.msize {
 		c.msize = m
 	}
 	if c.msize < 4096 {
-		return nil, fmt.Errorf("9p version: message size %d is too small", c.msize)
+		return nil, fmt.Errorf("offers messages of %d bytes, too small to work with (4096 at least): raise the server's msize", c.msize)
 	}
 	nc.SetDeadline(time.Time{})
 	go c.read()
 	return c, nil
+}
+
+// versionErr says why the version negotiation failed, after "9p server at
+// ADDR ": a server that wants a key closes the connection of a client
+// without one.
+func versionErr(err error, timeout time.Duration) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed):
+		return errors.New("closed the connection during version negotiation: does it need a key (?keyfile=FILE)?")
+	case errors.As(err, &ne) && ne.Timeout():
+		// A server that wants a key reads the request as the start of a
+		// TLS record, and waits for the rest until its handshake times out.
+		return fmt.Errorf("did not answer the version request within %v: is it a 9P server, and does it need a key (?keyfile=FILE)? (?timeout=DURATION waits longer)", timeout)
+	case errors.Is(err, p9wire.ErrProto) || errors.Is(err, p9wire.ErrTooLarge):
+		return errors.New("answered the version request with something that is not 9P: is it a 9P server, and does it need a key (?keyfile=FILE)?")
+	}
+	return fmt.Errorf("failed during version negotiation (%v): is it a 9P server, and does it need a key (?keyfile=FILE)?", err)
 }
 
 func (c *conn) write(typ uint8, tag uint16, body []byte) error {

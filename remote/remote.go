@@ -79,6 +79,7 @@ type FS struct {
 	st       *stack.Stack
 	dial     func(ctx context.Context) (net.Conn, error)
 	aname    string
+	where    string // the server, for errors: "9p server at " + where
 	timeout  time.Duration
 	msize    uint32
 	idleFids int
@@ -106,15 +107,16 @@ type FS struct {
 }
 
 // New dials r, attaches, and returns the root of the remote tree as the
-// bottom of st. The root also has Close, which ends the client.
+// bottom of st. The root also has Close, which ends the client. Its
+// errors name the server and say what to check.
 func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (layer.Node, error) {
 	return newFS(ctx, st, func(ctx context.Context) (net.Conn, error) {
 		return p9net.Dial(ctx, r.Addr, opts.Key)
-	}, r.Aname, opts)
+	}, r.Addr.String(), r.Aname, opts)
 }
 
-func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), aname string, opts Options) (*node, error) {
-	fs := &FS{st: st, dial: dial, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
+func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
+	fs := &FS{st: st, dial: dial, where: where, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
 		idleFids: opts.idleFids, procs: map[uint64]uint32{},
 		posix: map[posixLock]bool{}, ready: make(chan struct{})}
 	if fs.timeout <= 0 {
@@ -133,20 +135,21 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	fs.clientID = fmt.Sprintf("shale:%s:%d:%d", host, os.Getpid(), time.Now().UnixNano())
 	c, err := fs.connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("9p server at %s %w", where, err)
 	}
 	fs.cur = c
 	close(fs.ready)
 	id := identOf(ctx)
 	rfid, err := c.root(id.uid)
 	if err != nil {
-		c.close()
-		return nil, fmt.Errorf("9p attach %q: %w", aname, err)
+		// Closed, so that the loss of c dials no more.
+		fs.Close()
+		return nil, fmt.Errorf("9p server at %s refused to attach %q as uid %d (%v): check the tree's name (the URL's path, or ?aname= on a unix socket) and that the server exports it to this user", where, aname, id.uid, errno(err))
 	}
 	ra, err := c.getattr(rfid)
 	if err != nil {
-		c.close()
-		return nil, fmt.Errorf("9p getattr of the root: %w", err)
+		fs.Close()
+		return nil, fmt.Errorf("9p server at %s attached %q but cannot stat its root (%v): check the exported directory on the server", where, aname, errno(err))
 	}
 	root := &node{fs: fs, tok: token(&ra), isRoot: true, fids: map[uint32]*nodeFid{}}
 	return root, nil
@@ -158,7 +161,13 @@ func (fs *FS) connect(ctx context.Context) (*conn, error) {
 	defer cancel()
 	nc, err := fs.dial(dctx)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, p9net.ErrAuth) {
+			return nil, fmt.Errorf("refused the key: %v", err)
+		}
+		if u := errors.Unwrap(err); u != nil {
+			err = u // p9net's "connect to ADDR" says again where
+		}
+		return nil, fmt.Errorf("cannot be reached (%v): is it running, and is the address right?", err)
 	}
 	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.idleFids, fs.log, fs.lost)
 	if err != nil {
