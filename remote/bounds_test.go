@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -275,4 +276,79 @@ func TestReplacedNodes(t *testing.T) {
 		root, _ := mount(t, srv)
 		run(t, root, serverDir(srv))
 	})
+}
+
+func procCount(fs *FS) int {
+	fs.procMu.Lock()
+	defer fs.procMu.Unlock()
+	return len(fs.procs) + len(fs.procIDs)
+}
+
+func procID(fs *FS, owner uint64) uint32 {
+	fs.procMu.Lock()
+	defer fs.procMu.Unlock()
+	if p := fs.procs[owner]; p != nil {
+		return p.id
+	}
+	return 0
+}
+
+// Lock owners keep a proc_id while they hold locks, and no longer.
+func TestLockOwners(t *testing.T) {
+	x := newExported(t, export.Options{})
+	root := mountWith(t, x.dial, Options{})
+	fs := root.fs
+	var a layer.Attr
+	n, h, e := root.Create(bg, "l", unix.O_RDWR, 0o644, &a)
+	must(t, e, "create")
+	defer h.Release(bg)
+	rng := func(typ uint32, start, end uint64) *layer.Lock {
+		return &layer.Lock{Type: typ, Start: start, End: end}
+	}
+	for o := uint64(1); o <= 100; o++ {
+		must(t, h.Setlk(bg, o, rng(syscall.F_WRLCK, o*10, o*10+5), false), "lock of owner %d", o)
+	}
+	id := procID(fs, 1)
+	if id == 0 {
+		t.Fatal("owner 1 holds a lock and has no proc_id")
+	}
+	must(t, h.Setlk(bg, 1, rng(syscall.F_WRLCK, 2000, 2005), false), "second lock")
+	must(t, h.Setlk(bg, 1, rng(syscall.F_UNLCK, 10, 15), false), "partial unlock")
+	if got := procID(fs, 1); got != id {
+		t.Fatalf("owner 1 still holds a lock: proc_id %d, was %d", got, id)
+	}
+	for o := uint64(1); o <= 100; o++ {
+		must(t, h.Flush(bg, o), "flush of owner %d", o)
+	}
+	if k := procCount(fs); k != 0 {
+		t.Fatalf("%d proc entries after every owner closed", k)
+	}
+
+	// An unlock of the whole file; a failed lock; Getlk.
+	must(t, h.Setlk(bg, 5, rng(syscall.F_RDLCK, 0, 9), false), "lock")
+	must(t, h.Setlk(bg, 5, rng(syscall.F_UNLCK, 0, math.MaxUint64), false), "unlock all")
+	lk := rng(syscall.F_WRLCK, 0, math.MaxUint64)
+	must(t, h.Getlk(bg, 6, lk), "getlk")
+	if k := procCount(fs); k != 0 {
+		t.Fatalf("%d proc entries after unlock and getlk", k)
+	}
+
+	// flock: unlock, and release of the handle.
+	fl := func(typ uint32) *layer.Lock { return &layer.Lock{Type: typ, End: math.MaxUint64, Flock: true} }
+	must(t, h.Setlk(bg, 7, fl(syscall.F_WRLCK), false), "flock")
+	if procID(fs, 7) == 0 {
+		t.Fatal("flock owner has no proc_id")
+	}
+	must(t, h.Setlk(bg, 7, fl(syscall.F_UNLCK), false), "flock unlock")
+	h2, e := n.Open(bg, unix.O_RDWR)
+	must(t, e, "open")
+	must(t, h2.Setlk(bg, 8, fl(syscall.F_RDLCK), false), "flock 2")
+	must(t, h2.Setlk(bg, 9, rng(syscall.F_RDLCK, 0, 0), false), "lock through the second handle")
+	if e := h.Setlk(bg, 10, fl(syscall.F_WRLCK), false); e != syscall.EAGAIN {
+		t.Fatalf("conflicting flock: %v", e)
+	}
+	must(t, h2.Release(bg), "release")
+	if k := procCount(fs); k != 0 {
+		t.Fatalf("%d proc entries after flock unlock and release", k)
+	}
 }

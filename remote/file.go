@@ -61,6 +61,11 @@ func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
 		// The server dropped its locks with the connection; whoever
 		// thought it held them learns at its next lock call.
 		h.locksLost = true
+		for o := range h.owners {
+			if o.flock {
+				h.fs.procUnref(o.owner) // the handle's flock hold
+			}
+		}
 		h.owners = nil
 	}
 	h.c, h.fid, h.iounit = c, fid, iounit
@@ -100,34 +105,51 @@ type posixLock struct {
 	owner uint64
 }
 
-// holds records whether owner holds POSIX locks on h's file.
-func (h *handle) holds(owner uint64, held bool) {
+// holdPosix records that owner holds POSIX locks on h's file: the file
+// keeps the owner's proc_id (the caller has it kept already).
+func (h *handle) holdPosix(owner uint64) {
 	k := posixLock{h.n.tok, owner}
 	h.fs.procMu.Lock()
 	defer h.fs.procMu.Unlock()
-	if held {
-		h.fs.posix[k] = true
-	} else {
-		delete(h.fs.posix, k)
+	if !h.fs.posix[k] {
+		if p := h.fs.procs[owner]; p != nil {
+			h.fs.posix[k] = true
+			p.refs++
+		}
 	}
+}
+
+// takePosix records that owner holds no POSIX locks on h's file any more.
+// If it held some, it returns true and the owner's proc_id, kept until the
+// caller's procUnref: the unlock to send needs it.
+func (h *handle) takePosix(owner uint64) (uint32, bool) {
+	k := posixLock{h.n.tok, owner}
+	h.fs.procMu.Lock()
+	defer h.fs.procMu.Unlock()
+	if !h.fs.posix[k] {
+		return 0, false
+	}
+	delete(h.fs.posix, k)
+	p := h.fs.procs[owner]
+	if p == nil {
+		return 0, false
+	}
+	return p.id, true // the file's hold is now the caller's
 }
 
 // Flush: the closing owner loses its POSIX locks on the file, taken
 // through whichever descriptor; the server's lock owner is the same on
 // every fid of the connection.
 func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
-	k := posixLock{h.n.tok, owner}
-	h.fs.procMu.Lock()
-	held := h.fs.posix[k]
-	delete(h.fs.posix, k)
-	h.fs.procMu.Unlock()
+	proc, held := h.takePosix(owner)
 	h.mu.Lock()
 	delete(h.owners, lockOwner{owner, false})
 	h.mu.Unlock()
 	if held {
 		if c, fid, _, e := h.use(ctx); e == 0 {
-			c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.proc(owner), h.fs.clientID)
+			c.lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
 		}
+		h.fs.procUnref(owner)
 	}
 	return 0
 }
@@ -155,11 +177,23 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	c, fid, owners := h.c, h.fid, h.owners
 	h.released, h.owners = true, nil
 	h.mu.Unlock()
-	if c == nil || !c.alive() {
-		return 0 // the fid went with its connection
-	}
+	live := c != nil && c.alive()
 	for o := range owners {
-		c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.proc(o.owner), h.fs.clientID)
+		if live {
+			if o.flock {
+				c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.procRef(o.owner), h.fs.clientID)
+				h.fs.procUnref(o.owner)
+			} else if proc, held := h.takePosix(o.owner); held {
+				c.lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
+				h.fs.procUnref(o.owner)
+			}
+		}
+		if o.flock {
+			h.fs.procUnref(o.owner) // the handle's flock hold
+		}
+	}
+	if !live {
+		return 0 // the fid went with its connection
 	}
 	if err := c.clunk(fid); err != nil && !errors.Is(err, errLost) {
 		return errno(err)
@@ -274,7 +308,8 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 		return syscall.EIO
 	}
 	typ, start, length := wireLock(lk)
-	proc := h.fs.proc(owner)
+	proc := h.fs.procRef(owner)
+	defer h.fs.procUnref(owner)
 	delay := 10 * time.Millisecond
 	for {
 		st, err := c.lock(fid, typ, start, length, proc, h.fs.clientID)
@@ -285,17 +320,28 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 		case p9wire.LockSuccess:
 			o := lockOwner{owner, lk.Flock}
 			h.mu.Lock()
+			had := h.owners[o]
 			if typ != p9wire.LockUnlock {
 				if h.owners == nil {
 					h.owners = map[lockOwner]bool{}
 				}
 				h.owners[o] = true
-			} else if lk.Flock {
+			} else if lk.Flock || start == 0 && length == 0 {
 				delete(h.owners, o)
 			}
 			h.mu.Unlock()
-			if !lk.Flock && typ != p9wire.LockUnlock {
-				h.holds(owner, true)
+			switch {
+			case lk.Flock && typ != p9wire.LockUnlock && !had:
+				h.fs.procRef(owner) // the handle's flock hold
+			case lk.Flock && typ == p9wire.LockUnlock && had:
+				h.fs.procUnref(owner)
+			case !lk.Flock && typ != p9wire.LockUnlock:
+				h.holdPosix(owner)
+			case !lk.Flock && start == 0 && length == 0:
+				// An unlock of the whole file: the owner holds none there.
+				if _, held := h.takePosix(owner); held {
+					h.fs.procUnref(owner)
+				}
 			}
 			return 0
 		case p9wire.LockBlocked, p9wire.LockGrace:
@@ -350,9 +396,10 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		b.U8(typ)
 		b.U64(start)
 		b.U64(length)
-		b.U32(h.fs.proc(owner))
+		b.U32(h.fs.procRef(owner))
 		b.Str(h.fs.clientID)
 		d, err := c.rpc(p9wire.Tgetlock, b.B)
+		h.fs.procUnref(owner)
 		if err == nil {
 			rtyp, rstart, rlen := d.U8(), d.U64(), d.U64()
 			if d.Err != nil {
@@ -384,7 +431,8 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		return e
 	}
 	defer c.clunk(pfid)
-	proc := h.fs.proc(probeOwner)
+	proc := h.fs.procRef(probeOwner)
+	defer h.fs.procUnref(probeOwner)
 	st, err := c.lock(pfid, typ, start, length, proc, h.fs.clientID)
 	if err != nil {
 		return errno(err)

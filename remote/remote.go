@@ -95,7 +95,8 @@ type FS struct {
 	tree sync.Mutex // every node's parent, name and children
 
 	procMu   sync.Mutex
-	procs    map[uint64]uint32 // lock owner → Tlock proc_id
+	procs    map[uint64]*procEntry // lock owners holding locks or asking for them
+	procIDs  map[uint32]bool       // the proc_ids of procs
 	nextProc uint32
 	// posix holds the POSIX lock owners of each file, through any handle:
 	// a close of any descriptor of the file releases them (fcntl(2)).
@@ -117,7 +118,7 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, dial: dial, where: where, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
-		idleFids: opts.idleFids, procs: map[uint64]uint32{},
+		idleFids: opts.idleFids, procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{},
 		posix: map[posixLock]bool{}, ready: make(chan struct{})}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
@@ -277,22 +278,54 @@ func identOf(ctx context.Context) ident {
 	return ident{uint32(os.Geteuid()), uint32(os.Getegid()), 0}
 }
 
-// proc is the Tlock proc_id of a lock owner: owners are 64-bit, proc_id
-// 32, so they are numbered rather than truncated, which could make two
-// owners one on the server.
-func (fs *FS) proc(owner uint64) uint32 {
+// procEntry is a lock owner's Tlock proc_id and what keeps it: the locks
+// it holds (one per file with POSIX locks of it, one per handle with a
+// flock of it) and the lock requests under way for it. The entry goes
+// when nothing keeps it, so procs holds only owners with locks, and an
+// owner keeps its proc_id while it holds any.
+type procEntry struct {
+	id   uint32
+	refs int
+}
+
+// procRef returns the Tlock proc_id of a lock owner, and keeps it until
+// procUnref: owners are 64-bit, proc_id 32, so they are numbered rather
+// than truncated, which could make two owners one on the server.
+func (fs *FS) procRef(owner uint64) uint32 {
 	fs.procMu.Lock()
 	defer fs.procMu.Unlock()
-	p, ok := fs.procs[owner]
-	if !ok {
-		fs.nextProc++
-		if fs.nextProc == 0 {
-			fs.nextProc = 1
+	p := fs.procs[owner]
+	if p == nil {
+		for {
+			fs.nextProc++
+			if fs.nextProc != 0 && !fs.procIDs[fs.nextProc] {
+				break
+			}
 		}
-		p = fs.nextProc
+		p = &procEntry{id: fs.nextProc}
 		fs.procs[owner] = p
+		fs.procIDs[p.id] = true
 	}
-	return p
+	p.refs++
+	return p.id
+}
+
+// procUnref lets go of what procRef kept.
+func (fs *FS) procUnref(owner uint64) {
+	fs.procMu.Lock()
+	defer fs.procMu.Unlock()
+	fs.unrefLocked(owner)
+}
+
+func (fs *FS) unrefLocked(owner uint64) {
+	p := fs.procs[owner]
+	if p == nil {
+		return
+	}
+	if p.refs--; p.refs <= 0 {
+		delete(fs.procs, owner)
+		delete(fs.procIDs, p.id)
+	}
 }
 
 // raise tells subscribers that tok changed, on behalf of ctx's view.
