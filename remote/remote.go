@@ -32,6 +32,12 @@
 // one up to Timeout, then fails with EIO. Nodes walk their fids again by
 // path, and open handles open again (without O_TRUNC, O_CREAT, O_EXCL), on
 // their next use. Locks do not survive: see Setlk.
+//
+// Extended attributes: 9P2000.L has no removexattr; a Txattrcreate of
+// size 0 stands for it, as in the kernel's 9P client. So a Setxattr of an
+// empty value with XATTR_REPLACE removes the attribute on the server
+// (shale serve removes on exactly that; other servers may remove on any
+// empty set), where setxattr(2) would leave it there, empty.
 package remote
 
 import (

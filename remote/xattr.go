@@ -116,6 +116,9 @@ func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags 
 	return 0
 }
 
+// Setxattr: an empty value with XATTR_REPLACE removes the attribute
+// rather than empty it, as 9P cannot tell that from Removexattr: both are
+// a Txattrcreate of size 0 with XATTR_REPLACE (see the package doc).
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
 	if name == "" {
 		return syscall.EINVAL
