@@ -12,8 +12,8 @@ const defaultIdleFids = 1024
 // a node's fid cannot live as long as the node: a request pins the fid it
 // uses, an unpinned one is idle, and a connection keeps at most maxIdle
 // idle ones, clunking the least recently used. Its node walks a new one by
-// path on its next use (or fails with ESTALE if it has no path any more).
-// Open handles have fids of their own, never clunked so.
+// path on its next use. Open handles have fids of their own, never
+// clunked so; nor are the fids of nodes without a path (see keepFids).
 type nodeFid struct {
 	c   *conn
 	fid uint32
@@ -21,9 +21,10 @@ type nodeFid struct {
 	uid uint32
 
 	// Under c.mu.
-	refs int           // requests using it
-	gone bool          // no longer its node's: clunked once refs is 0
-	elem *list.Element // in c.idle while idle
+	refs     int           // requests using it
+	gone     bool          // no longer its node's: clunked once refs is 0
+	elem     *list.Element // in c.idle while idle
+	pathless bool          // its node has no path: never idle, checked before use
 }
 
 // newNodeFid is fid as n's for uid on c, pinned by the caller.
@@ -31,20 +32,34 @@ func newNodeFid(c *conn, n *node, uid, fid uint32) *nodeFid {
 	return &nodeFid{c: c, fid: fid, n: n, uid: uid, refs: 1}
 }
 
-// pin marks f in use by a request; false if it was dropped.
-func (f *nodeFid) pin() bool {
+// pin marks f in use by a request; false if it was dropped. pathless
+// tells whether its node has lost its path.
+func (f *nodeFid) pin() (ok, pathless bool) {
 	c := f.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f.gone {
-		return false
+		return false, false
 	}
 	f.refs++
 	if f.elem != nil {
 		c.idle.Remove(f.elem)
 		f.elem = nil
 	}
-	return true
+	return true, f.pathless
+}
+
+// keep marks f as the fid of a node with no path: it cannot be walked
+// again, so it is not clunked as idle.
+func (f *nodeFid) keep() {
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f.pathless = true
+	if f.elem != nil {
+		c.idle.Remove(f.elem)
+		f.elem = nil
+	}
 }
 
 // unpin ends a request's use of f. An idle fid past the connection's
@@ -61,7 +76,7 @@ func (f *nodeFid) unpin() {
 	var clunk []*nodeFid
 	if f.gone {
 		clunk = append(clunk, f)
-	} else {
+	} else if !f.pathless {
 		f.elem = c.idle.PushBack(f)
 		for c.idle.Len() > c.maxIdle {
 			o := c.idle.Remove(c.idle.Front()).(*nodeFid)

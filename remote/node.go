@@ -22,9 +22,8 @@ type node struct {
 	isRoot bool
 
 	// Under fs.tree. A node that is neither the root nor anyone's child
-	// (its name was removed or replaced) has no path: it loses its fids
-	// (on servers that keep a path per fid, such as diod, they would reach
-	// whatever has the name now) and cannot walk new ones (ESTALE).
+	// (its name was removed or replaced) has no path: it cannot walk new
+	// fids (ESTALE), and keeps those it has (see keepFids).
 	parent   *node
 	name     string
 	children map[string][]*node // nodes given out for each name, not yet forgotten
@@ -81,8 +80,25 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 	n.mu.Lock()
 	f := n.fids[uid]
 	n.mu.Unlock()
-	if f != nil && f.c == c && f.pin() {
-		return f.fid, f.unpin, 0
+	if f != nil && f.c == c {
+		if ok, pathless := f.pin(); ok {
+			if !pathless {
+				return f.fid, f.unpin, 0
+			}
+			// On servers that keep a path per fid (diod) it reaches
+			// whatever has the name now, or nothing.
+			ra, err := c.getattr(f.fid)
+			if err == nil && token(&ra) == n.tok {
+				return f.fid, f.unpin, 0
+			}
+			f.unpin()
+			if err != nil && errors.Is(err, errLost) {
+				return 0, noop, errno(err)
+			}
+			n.forgetFid(f)
+			f.drop()
+			return 0, noop, syscall.ESTALE
+		}
 	}
 	rfid, err := c.root(uid)
 	if err != nil {
@@ -107,10 +123,12 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 		return 0, noop, syscall.ESTALE // the path names another file now
 	}
 	n.mu.Lock()
-	if f := n.fids[uid]; f != nil && f.c == c && f.pin() {
-		n.mu.Unlock()
-		go c.clunk(fid) // another request walked it meanwhile
-		return f.fid, f.unpin, 0
+	if f := n.fids[uid]; f != nil && f.c == c {
+		if ok, _ := f.pin(); ok {
+			n.mu.Unlock()
+			go c.clunk(fid) // another request walked it meanwhile
+			return f.fid, f.unpin, 0
+		}
 	}
 	nf := newNodeFid(c, n, uid, fid)
 	n.fids[uid] = nf
@@ -141,6 +159,19 @@ func (n *node) subtree(to []*node) []*node {
 		}
 	}
 	return to
+}
+
+// keepFids keeps the node's fids, its name being gone: they are its one
+// way to the file (an unlinked file still open, say, on servers whose fids
+// are files), checked to be still the node's file before each use, as on
+// servers that keep a path per fid (diod) they reach whatever has the
+// name next, or nothing.
+func (n *node) keepFids() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range n.fids {
+		f.keep()
+	}
 }
 
 // dropFids clunks the node's fids (those requests use, when they are
@@ -175,8 +206,8 @@ func (n *node) adopt(name string, c *node) {
 	n.children[name] = append(n.children[name], c)
 }
 
-// detach cuts the nodes of name in n from the tree, the name being gone,
-// and drops their fids and those of the nodes beneath them.
+// detach cuts the nodes of name in n from the tree, the name being gone;
+// they and the nodes beneath them keep their fids, checked before use.
 func (n *node) detach(name string) {
 	n.fs.tree.Lock()
 	var sub []*node
@@ -187,7 +218,7 @@ func (n *node) detach(name string) {
 	delete(n.children, name)
 	n.fs.tree.Unlock()
 	for _, m := range sub {
-		m.dropFids()
+		m.keepFids()
 	}
 }
 
@@ -588,10 +619,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	}
 	if n != d || name != newName {
 		n.fs.tree.Lock()
-		var sub []*node
+		var replaced, sub []*node
 		for _, r := range d.children[newName] {
 			r.parent = nil // replaced
-			sub = r.subtree(sub)
+			replaced = r.subtree(replaced)
 		}
 		moved := n.children[name]
 		delete(n.children, name)
@@ -613,10 +644,12 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		// Servers that keep a path per fid (diod, hugelgupf/p9's
 		// localfs) do not move the other fids of a renamed file: walk
 		// them again by the new path. The fids of the replaced file
-		// would reach the moved one there: they go, and its nodes have
-		// no path (ESTALE).
+		// would reach the moved one there: they are checked before use.
 		for _, m := range sub {
 			m.dropFids()
+		}
+		for _, m := range replaced {
+			m.keepFids()
 		}
 	}
 	d.raiseGone(ctx, c, ndfid, id.uid, newName) // the moved file's ctime

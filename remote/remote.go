@@ -15,8 +15,10 @@
 // bound the fids of a connection (shale serve: --max-fids, 4096), so a
 // connection keeps at most 1024 idle node fids, clunking the least
 // recently used; their nodes walk again by path when next used. Open
-// handles keep their fids. A node whose name was removed or replaced
-// through the client loses its fids and has no path: ESTALE.
+// handles keep their fids, and so do nodes whose name was removed or
+// replaced through the client: having no path, they cannot walk again,
+// and their fids are checked to reach their file still before each use
+// (ESTALE if not: on diod, whose fids are paths, the name's new file).
 //
 // Nothing is cached beyond one request: every Getattr is a Tgetattr, every
 // Lookup a Twalk and a Tgetattr. Changes made through the client raise
