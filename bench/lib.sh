@@ -28,3 +28,11 @@ w_grep() { { grep -r -l "func main" "$1/src" || [ $? -eq 1 ]; } | wc -l; }
 w_rm() { rm -r "$1/src"; }
 w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
 w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
+
+# about_run prints the lines a report gives after its command: shale's
+# commit, the machine, the kernel and the work dir ($root, $work, $fstype).
+about_run() {
+	echo "- shale: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
+	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
+}

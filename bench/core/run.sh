@@ -220,9 +220,7 @@ report=$tmp/report.md
 {
 	echo "Command: \`bench/core/run.sh $*\` (-n $runs), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
 	echo
-	echo "- shale: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
-	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
-	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
+	about_run
 	echo "- peers: go-fuse $gofuse example/loopback (-allow-other: allow_other,default_permissions; 1s entry/attr timeouts), $(bindfs --version | head -1) (--multithreaded -o default_permissions; allow_other as root), $(fio --version)"
 	echo "- layers: shale --layer rot13; shale --layer crypt and $(gocryptfs -version 2>/dev/null | head -1 | cut -d';' -f1) (Debian package; -allow_other, otherwise its defaults) over configs made fresh in every turn with scrypt log2 N = $SCRYPT_LOGN"
 	echo "- source tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1))"

@@ -251,9 +251,7 @@ report=$tmp/report.md
 {
 	echo "Command: \`bench/net/run.sh $*\` (-n $runs -t $steptimeout), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
 	echo
-	echo "- shale: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
-	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
-	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
+	about_run
 	[[ $rows != *serve-* ]] || echo "- shale serve --no-root-squash LOWER (as diod, root acts as root), mounted by shale's 9P client"
 	[ -z "$needdiod" ] || echo "- diod: $(dpkg-query -W -f='${Version}' diod 2>/dev/null || echo '?') (-n -e LOWER, no squashing), mounted by shale's 9P client"
 	echo "- latency: \`shale delay\` on loopback, half the RTT each way, no rate limit"

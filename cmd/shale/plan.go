@@ -49,13 +49,9 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		if err != nil {
 			return nil, err
 		}
-		sp := &stack.Spec{Lower: lower}
-		for _, name := range f.layers {
-			k, err := stack.Find(name)
-			if err != nil {
-				return nil, err
-			}
-			sp.Layers = append(sp.Layers, stack.Layer{Name: name, Options: f.layerOptions(k, nil)})
+		sp, err := f.layeredSpec(lower)
+		if err != nil {
+			return nil, err
 		}
 		sp.Views = []stack.View{{Layer: len(sp.Layers), Mountpoint: mnt}}
 		return &plan{spec: sp}, sp.Check()
@@ -88,6 +84,19 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		return nil, fmt.Errorf("stack file %s: %v", f.stack, err)
 	}
 	return &plan{spec: sp, stack: true}, nil
+}
+
+// layeredSpec is the spec of lower with the command line's --layer flags.
+func (f *mountFlags) layeredSpec(lower string) (*stack.Spec, error) {
+	sp := &stack.Spec{Lower: lower}
+	for _, name := range f.layers {
+		k, err := stack.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		sp.Layers = append(sp.Layers, stack.Layer{Name: name, Options: f.layerOptions(k, nil)})
+	}
+	return sp, nil
 }
 
 // layerFlags are the command line's options for layers: a flag for each

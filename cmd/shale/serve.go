@@ -113,13 +113,9 @@ func planServe(f *serveFlags, args []string) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	sp := &stack.Spec{Lower: lower}
-	for _, name := range f.layers {
-		k, err := stack.Find(name)
-		if err != nil {
-			return nil, err
-		}
-		sp.Layers = append(sp.Layers, stack.Layer{Name: name, Options: f.layerOptions(k, nil)})
+	sp, err := f.layeredSpec(lower)
+	if err != nil {
+		return nil, err
 	}
 	sp.Exports = []stack.Export{{Layer: len(sp.Layers)}}
 	switch f.coherence {
