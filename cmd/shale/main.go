@@ -11,11 +11,13 @@ import (
 var rootCmd = &cobra.Command{
 	Use:   "shale",
 	Short: "stackable, cache-coherent file systems",
-	Long: `shale composes file systems from layers over a local directory and serves
-them through FUSE.
+	Long: `shale composes file systems from layers over a local directory or a 9P tree
+and serves them through FUSE or over 9P2000.L.
 
   shale mount LOWER MOUNTPOINT    mirror LOWER at MOUNTPOINT (the loop view)
   shale umount MOUNTPOINT         end a mount
+  shale serve LOWER               export LOWER over 9P2000.L
+  shale mount 9p://HOST:PORT/ MNT mount a 9P export
   shale LOWER MOUNTPOINT -o OPTS  shale mount -o OPTS, as mount(8) runs it
                                   for type fuse.shale (docs/admin.md)`,
 	Args: cobra.ArbitraryArgs,

@@ -54,7 +54,10 @@ func init() {
 		Use:   "mount [flags] LOWER MOUNTPOINT | mount --stack FILE",
 		Short: "mount the directory LOWER, through layers, at MOUNTPOINT",
 		Long: `Mount serves the directory LOWER at MOUNTPOINT through FUSE. Without --layer it
-mirrors LOWER (the loop view); each --layer stacks a layer, bottom-most first:
+mirrors LOWER (the loop view); each --layer stacks a layer, bottom-most first.
+LOWER may also be a tree on a 9P2000.L server (shale serve, diod):
+9p://HOST:PORT/ANAME or 9p:///path/to.sock?aname=ANAME, with ?keyfile=FILE
+and ?timeout=30s (docs/network.md).
 
   shale mount --layer shard --layer crypt --passfile F LOWER MNT
 
