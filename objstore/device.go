@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,12 +21,35 @@ type device struct {
 	direct *os.File // nil where O_DIRECT is not supported (e.g. tmpfs)
 	size   int64
 	block  bool // a block device rather than a regular file
+
+	path     string
+	made     bool // openDevice created the file
+	readOnly bool
 }
 
-// openDevice opens path. With create, a regular file is created (it must not
-// exist yet) and preallocated to size; a block device is used as it is, and
-// size, if non-zero, may only shrink it.
+// Ways to open a device.
+const (
+	openRW     = iota // an existing store, to own it
+	openRO            // an existing store, read only
+	openCreate        // a new file, or a block device to format
+)
+
+// openDevice opens path and locks it. With create, a regular file is
+// created (it must not exist yet) and preallocated to size; a block device
+// is used as it is, and size, if non-zero, may only shrink it. An owner
+// (openRW, openCreate in openDeviceMode) takes an exclusive flock on it, a reader (openRO) a
+// shared one, so one process owns a store at a time and no reader runs
+// beside it; the kernel drops the lock when its holder dies.
 func openDevice(path string, create bool, size int64) (*device, error) {
+	if create {
+		return openDeviceMode(path, openCreate, size)
+	}
+	return openDeviceMode(path, openRW, size)
+}
+
+// openDeviceMode is openDevice for any of the modes.
+func openDeviceMode(path string, mode int, size int64) (*device, error) {
+	create := mode == openCreate
 	st, err := os.Stat(path)
 	switch {
 	case err == nil && st.Mode()&os.ModeDevice != 0:
@@ -38,25 +63,133 @@ func openDevice(path string, create bool, size int64) (*device, error) {
 		return nil, err
 	}
 	flags := os.O_RDWR
-	if create && (st == nil || st.Mode()&os.ModeDevice == 0) {
+	if mode == openRO {
+		flags = os.O_RDONLY
+	}
+	made := create && (st == nil || st.Mode()&os.ModeDevice == 0)
+	if made {
 		flags |= os.O_CREATE | os.O_EXCL
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	d := &device{f: f, block: st != nil && st.Mode()&os.ModeDevice != 0}
-	if err := d.sizeUp(create, size); err != nil {
-		f.Close()
-		if create && !d.block {
-			os.Remove(path)
-		}
+	d := &device{f: f, path: path, made: made, readOnly: mode == openRO, block: st != nil && st.Mode()&os.ModeDevice != 0}
+	how := unix.LOCK_EX
+	if mode == openRO {
+		how = unix.LOCK_SH
+	}
+	if err := lockFile(f, path, how); err != nil {
+		d.abandon()
 		return nil, err
 	}
-	if df, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0); err == nil {
+	if err := d.sizeUp(create, size); err != nil {
+		d.abandon()
+		return nil, err
+	}
+	if df, err := os.OpenFile(path, flags&^(os.O_CREATE|os.O_EXCL)|unix.O_DIRECT, 0); err == nil {
 		d.direct = df
 	}
 	return d, nil
+}
+
+// abandon closes a device that failed to become a store, removing the file
+// if openDevice created it (never a file or device that was there before).
+// The file goes while its lock is held, so no one opens it half made.
+func (d *device) abandon() {
+	if d.made {
+		os.Remove(d.path)
+	}
+	d.close()
+}
+
+// ErrInUse is what opening a store that another process (or another Store
+// in this one) owns returns; the error is an *InUseError.
+var ErrInUse = errors.New("store is in use")
+
+// InUseError says who holds a store's lock.
+type InUseError struct {
+	Path string
+	PID  int    // 0 if it could not be found
+	Cmd  string // the holder's command line, if known
+}
+
+func (e *InUseError) Error() string {
+	switch {
+	case e.PID == 0:
+		return fmt.Sprintf("store %s is in use by another process: stop it, or wait", e.Path)
+	case e.Cmd == "":
+		return fmt.Sprintf("store %s is in use by process %d: stop it, or wait", e.Path, e.PID)
+	}
+	return fmt.Sprintf("store %s is in use by process %d (%s): stop it, or wait", e.Path, e.PID, e.Cmd)
+}
+
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
+// lockFile takes a flock on f without waiting. If another holds a lock
+// that conflicts, the error names that process.
+func lockFile(f *os.File, path string, how int) error {
+	err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	e := &InUseError{Path: path}
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil {
+		e.PID = flockHolder(st.Dev, st.Ino, how == unix.LOCK_SH)
+	}
+	if e.PID != 0 {
+		e.Cmd = cmdline(e.PID)
+	}
+	return e
+}
+
+// flockHolder finds in /proc/locks a process holding a flock on the file
+// dev:ino that conflicts with ours: any lock for an exclusive request, a
+// write lock for a shared one. It returns 0 if there is none it can see.
+func flockHolder(dev, ino uint64, shared bool) int {
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(dev), unix.Minor(dev), ino)
+	self := os.Getpid()
+	other := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->".
+		fs := strings.Fields(line)
+		if len(fs) < 6 || fs[1] != "FLOCK" || fs[5] != want {
+			continue
+		}
+		if shared && fs[3] != "WRITE" {
+			continue
+		}
+		pid, err := strconv.Atoi(fs[4])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if pid != self {
+			return pid
+		}
+		other = pid // this process holds it through another Store
+	}
+	return other
+}
+
+// cmdline is a process's command line, shortened for an error message.
+func cmdline(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	s := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
 }
 
 func (d *device) sizeUp(create bool, size int64) error {

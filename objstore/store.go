@@ -12,7 +12,20 @@ import (
 type Options struct {
 	// Policy names the replacement policy: "sieve" (the default) or "lru".
 	Policy string
+
+	// ReadOnly opens the store without writing to it: the file is opened
+	// O_RDONLY, so a store the caller may only read can be read, and no
+	// dirty marker, index, eviction or compaction is ever written. Create
+	// and Remove return ErrReadOnly. Read-only openers share the store with
+	// each other but not with an owner (see Open).
+	ReadOnly bool
 }
+
+// ErrReadOnly is what Create and Remove return on a store opened ReadOnly.
+var ErrReadOnly = errors.New("store is open read-only")
+
+// MaxKeyLen is the longest key, in bytes.
+const MaxKeyLen = maxKeyLen
 
 // Store is a cache of immutable objects in one preallocated file or block
 // device. All methods are safe for concurrent use. See the package comment
@@ -41,6 +54,9 @@ func Format(path string, size int64, opts Options) (*Store, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("negative store size %d", size)
 	}
+	if opts.ReadOnly {
+		return nil, fmt.Errorf("format %s: %w", path, ErrReadOnly)
+	}
 	dev, err := openDevice(path, true, size)
 	if err != nil {
 		return nil, err
@@ -55,13 +71,30 @@ func Format(path string, size int64, opts Options) (*Store, error) {
 		dev.close()
 		return nil, err
 	}
-	return newStore(dev, sb, opts)
+	s, err := newStore(dev, sb, opts)
+	if err != nil {
+		dev.close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Open opens an existing store. If it was not closed cleanly, its index is
 // gone and every object is a miss; the space is reused.
+//
+// One Store owns a store at a time: Open takes an exclusive flock on the
+// file or device, which the kernel drops when the owner closes it or dies,
+// even by SIGKILL. Opening a store that is in use, by another process or
+// another Store in this one, fails at once with an *InUseError (ErrInUse)
+// that names the holder. With Options.ReadOnly the lock is shared: any
+// number of readers, but never a reader beside an owner, which would read
+// an index the owner is changing.
 func Open(path string, opts Options) (*Store, error) {
-	dev, err := openDevice(path, false, 0)
+	mode := openRW
+	if opts.ReadOnly {
+		mode = openRO
+	}
+	dev, err := openDeviceMode(path, mode, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +113,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s, err := newStore(dev, sb, opts)
 	if err != nil {
+		dev.close()
 		return nil, err
 	}
 	if sb.state == stateClean {
@@ -89,6 +123,9 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		s.clean = true
+	}
+	if opts.ReadOnly {
+		return s, nil
 	}
 	// From here on a crash must not trust the index saved on disk.
 	s.sb.state = stateDirty
@@ -103,7 +140,6 @@ func Open(path string, opts Options) (*Store, error) {
 func newStore(dev *device, sb superblock, opts Options) (*Store, error) {
 	pol, err := newPolicy(opts.Policy)
 	if err != nil {
-		dev.close()
 		return nil, err
 	}
 	n := uint32(sb.blocks)
@@ -127,6 +163,9 @@ func (s *Store) Sync() error { return s.def.Sync() }
 // Create is Store.Create for this session.
 func (c *Session) Create(key string, data []byte) error {
 	s := c.st
+	if s.dev.readOnly {
+		return ErrReadOnly
+	}
 	if len(key) == 0 || len(key) > maxKeyLen {
 		return fmt.Errorf("key of %d bytes: %w", len(key), ErrKeyLength)
 	}
@@ -220,6 +259,9 @@ func (s *Store) read(key string, p []byte) ([]byte, error) {
 
 // Remove drops key from the store. It touches only memory.
 func (s *Store) Remove(key string) error {
+	if s.dev.readOnly {
+		return ErrReadOnly
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -361,6 +403,7 @@ func (s *Store) Stats() Stats {
 }
 
 // Close waits for queued writes, saves the index and marks the store clean.
+// A read-only store only closes its file. Either way the lock goes.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -369,7 +412,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.q.drain()
-	err := s.save()
+	var err error
+	if !s.dev.readOnly {
+		err = s.save()
+	}
 	s.q.close()
 	if cerr := s.dev.close(); err == nil {
 		err = cerr
