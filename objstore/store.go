@@ -61,19 +61,20 @@ func Format(path string, size int64, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A failure from here on removes the file openDevice created.
 	blocks := dev.size/blockSize - superBlocks
 	if blocks < 64 || blocks > int64(^uint32(0)) {
-		dev.close()
+		dev.abandon()
 		return nil, fmt.Errorf("store size %d bytes is out of range: use between 36 KiB and 2 TiB", dev.size)
 	}
 	sb := superblock{blocks: uint64(blocks)}
 	if err := writeSuper(dev, &sb); err != nil {
-		dev.close()
+		dev.abandon()
 		return nil, err
 	}
 	s, err := newStore(dev, sb, opts)
 	if err != nil {
-		dev.close()
+		dev.abandon()
 		return nil, err
 	}
 	return s, nil
