@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -57,9 +58,12 @@ See docs/objstore.md.`,
 			if err != nil {
 				return fmt.Errorf("put: %w", err)
 			}
-			return withStore(args[0], "", func(s *objstore.Store) error {
+			if err := checkKey("put", args[1]); err != nil {
+				return err
+			}
+			return withStore(args[0], "", false, func(s *objstore.Store) error {
 				if err := s.Create(args[1], data); err != nil {
-					return fmt.Errorf("put %s into %s: %w", args[1], args[0], err)
+					return fmt.Errorf("put %s into %s: %w", showKey(args[1]), args[0], err)
 				}
 				return s.Sync()
 			})
@@ -70,16 +74,19 @@ See docs/objstore.md.`,
 		Short: "write the object KEY to FILE, or to standard output",
 		Args:  argCount(2, 3),
 		RunE: func(c *cobra.Command, args []string) error {
-			return withStore(args[0], "", func(s *objstore.Store) error {
+			if err := checkKey("get", args[1]); err != nil {
+				return err
+			}
+			return withStore(args[0], "", true, func(s *objstore.Store) error {
 				data, err := s.Read(args[1])
 				if errors.Is(err, objstore.ErrNotFound) {
-					return fmt.Errorf("get: no object %q in %s: check the key with 'shale objstore stat %s'", args[1], args[0], args[0])
+					return fmt.Errorf("get: no object %s in %s: check the key with 'shale objstore stat %s'", showKey(args[1]), args[0], args[0])
 				}
 				if err != nil {
-					return fmt.Errorf("get %s from %s: %w", args[1], args[0], err)
+					return fmt.Errorf("get %s from %s: %w", showKey(args[1]), args[0], err)
 				}
 				if len(args) == 3 {
-					return os.WriteFile(args[2], data, 0o644)
+					return writeOut(args[2], data)
 				}
 				_, err = os.Stdout.Write(data)
 				return err
@@ -91,9 +98,12 @@ See docs/objstore.md.`,
 		Short: "remove the object KEY",
 		Args:  argCount(2, 2),
 		RunE: func(c *cobra.Command, args []string) error {
-			return withStore(args[0], "", func(s *objstore.Store) error {
+			if err := checkKey("rm", args[1]); err != nil {
+				return err
+			}
+			return withStore(args[0], "", false, func(s *objstore.Store) error {
 				if err := s.Remove(args[1]); errors.Is(err, objstore.ErrNotFound) {
-					return fmt.Errorf("rm: no object %q in %s", args[1], args[0])
+					return fmt.Errorf("rm: no object %s in %s", showKey(args[1]), args[0])
 				} else if err != nil {
 					return err
 				}
@@ -106,7 +116,7 @@ See docs/objstore.md.`,
 		Short: "print objects, bytes used and free, fragmentation and hit ratio",
 		Args:  argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return withStore(args[0], "", func(s *objstore.Store) error {
+			return withStore(args[0], "", true, func(s *objstore.Store) error {
 				st := s.Stats()
 				fmt.Printf("objects        %d\n", st.Objects)
 				fmt.Printf("capacity       %s\n", humanize.IBytes(uint64(st.Capacity)))
@@ -127,7 +137,7 @@ See docs/objstore.md.`,
 		Short: "replay a `time id size` trace (plain, xz or gzip) against the store",
 		Args:  argCount(2, 2),
 		RunE: func(c *cobra.Command, args []string) error {
-			return withStore(args[0], policy, func(s *objstore.Store) error {
+			return withStore(args[0], policy, false, func(s *objstore.Store) error {
 				return runReplay(s, args[1])
 			})
 		},
@@ -153,8 +163,14 @@ func isBlockDevice(path string) bool {
 }
 
 // withStore opens a store, runs fn and closes the store, saving its index.
-func withStore(path, policy string, fn func(*objstore.Store) error) error {
-	s, err := objstore.Open(path, objstore.Options{Policy: policy})
+// A readOnly store is opened without writing to it (get, stat), so it may
+// be a file the user can only read; it shares the store with other readers
+// but not with an owner.
+func withStore(path, policy string, readOnly bool, fn func(*objstore.Store) error) error {
+	s, err := objstore.Open(path, objstore.Options{Policy: policy, ReadOnly: readOnly})
+	if errors.Is(err, objstore.ErrInUse) {
+		return err // "store PATH is in use by process PID (CMD): stop it, or wait"
+	}
 	if errors.Is(err, objstore.ErrCorrupt) {
 		return fmt.Errorf("open %w: its objects are lost: recreate it with 'shale objstore create' (remove a file first)", err)
 	}
@@ -166,6 +182,53 @@ func withStore(path, policy string, fn func(*objstore.Store) error) error {
 		err = fmt.Errorf("close %s: %w", path, cerr)
 	}
 	return err
+}
+
+// checkKey refuses a key the store cannot hold, saying its length rather
+// than printing it: a mistaken key can be a whole file.
+func checkKey(op, key string) error {
+	if key == "" {
+		return fmt.Errorf("%s: the key is empty: give a key of 1 to %d bytes", op, objstore.MaxKeyLen)
+	}
+	if len(key) > objstore.MaxKeyLen {
+		return fmt.Errorf("%s: the key is %d bytes long, more than the limit of %d: use a shorter key", op, len(key), objstore.MaxKeyLen)
+	}
+	return nil
+}
+
+// showKey quotes a key for a message, cut short if it is long.
+func showKey(key string) string {
+	const limit = 64
+	if len(key) <= limit {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", key[:limit], len(key))
+}
+
+// writeOut writes a got object to path. If it fails, say on a full file
+// system, a file it created is removed rather than left empty or short; a
+// file that was there before has been overwritten in part, and says so.
+func writeOut(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	made := err == nil
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return nil
+	}
+	if made {
+		os.Remove(path)
+		return fmt.Errorf("get: %v (%d bytes): removed %s: free space there, or write it elsewhere", err, len(data), path)
+	}
+	return fmt.Errorf("get: %v (%d bytes): %s is incomplete: free space there, or write it elsewhere", err, len(data), path)
 }
 
 func runReplay(s *objstore.Store, path string) error {
