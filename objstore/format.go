@@ -26,6 +26,8 @@ const (
 	stateDirty   = 0
 	stateClean   = 1
 	indexEntSize = 16
+	minBlocks    = 64        // data blocks in the smallest store Format makes
+	maxBlocks    = 1<<32 - 1 // block numbers are uint32
 )
 
 var superMagic = [8]byte{'S', 'H', 'A', 'L', 'E', 'C', 'F', 'S'}
@@ -132,6 +134,10 @@ type superblock struct {
 	indexCRC   uint32
 	hits       uint64
 	misses     uint64
+
+	// saved is the saved index, read and checked by readSuper for a clean
+	// store and consumed by load; it is not part of the encoding.
+	saved []byte
 }
 
 func (s *superblock) encode() []byte {
@@ -165,6 +171,15 @@ func decodeSuper(b []byte) (superblock, error) {
 	if bs := le.Uint32(b[12:]); bs != blockSize {
 		return superblock{}, fmt.Errorf("%w: block size %d, want %d", ErrCorrupt, bs, blockSize)
 	}
+	// Range-check the geometry in its own type before anything converts it:
+	// a block count past uint32 would wrap, and one past 2^55 would wrap
+	// the byte count it is checked against.
+	if n := le.Uint64(b[16:]); n < minBlocks || n > maxBlocks {
+		return superblock{}, fmt.Errorf("%w: superblock says %d data blocks, outside %d to %d", ErrCorrupt, n, minBlocks, uint64(maxBlocks))
+	}
+	if st := le.Uint32(b[24:]); st != stateDirty && st != stateClean {
+		return superblock{}, fmt.Errorf("%w: superblock state %d is neither dirty (0) nor clean (1)", ErrCorrupt, st)
+	}
 	return superblock{
 		blocks:     le.Uint64(b[16:]),
 		state:      le.Uint32(b[24:]),
@@ -174,4 +189,34 @@ func decodeSuper(b []byte) (superblock, error) {
 		hits:       le.Uint64(b[56:]),
 		misses:     le.Uint64(b[64:]),
 	}, nil
+}
+
+// checkIndex range-checks where the superblock says the saved index lies,
+// in uint64 and before any of it is converted: a whole number of entries,
+// no more entries than data blocks (each object takes at least one), and
+// all of it inside the data area.
+func (s *superblock) checkIndex() error {
+	switch {
+	case s.indexBytes%indexEntSize != 0:
+		return fmt.Errorf("%w: saved index of %d bytes is not a whole number of %d-byte entries", ErrCorrupt, s.indexBytes, indexEntSize)
+	case s.indexBytes/indexEntSize > s.blocks:
+		return fmt.Errorf("%w: saved index of %d entries is more than the store's %d blocks could hold", ErrCorrupt, s.indexBytes/indexEntSize, s.blocks)
+	case s.indexBlock >= s.blocks || s.blocks-s.indexBlock < (s.indexBytes+blockSize-1)/blockSize:
+		return fmt.Errorf("%w: saved index at block %d (%d bytes) lies outside the store's %d blocks", ErrCorrupt, s.indexBlock, s.indexBytes, s.blocks)
+	}
+	return nil
+}
+
+// checkEntry range-checks one saved index entry, whose blocks the caller
+// still checks against the allocator (inside the store, no overlap).
+func checkEntry(e entry) error {
+	switch {
+	case e.size <= headerSize:
+		return fmt.Errorf("%w: saved index entry at block %d has size %d, too small for an object", ErrCorrupt, e.block, e.size)
+	case !aligned(e.size) && e.size >= headerSize+maxKeyLen+directMin:
+		return fmt.Errorf("%w: saved index entry at block %d has size %d, which neither layout can have", ErrCorrupt, e.block, e.size)
+	case e.block%alignFor(int64(e.size)) != 0:
+		return fmt.Errorf("%w: saved index entry at block %d is a large object not on a page", ErrCorrupt, e.block)
+	}
+	return nil
 }

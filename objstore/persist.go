@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 func writeSuper(dev *device, sb *superblock) error {
@@ -13,11 +14,75 @@ func writeSuper(dev *device, sb *superblock) error {
 	return dev.sync()
 }
 
+// readSuper reads and checks the superblock and, if the store was closed
+// cleanly, the saved index (into sb.saved, for load). Every field is range
+// checked against the device before it is used.
 func readSuper(dev *device, buf []byte) (superblock, error) {
 	if _, err := dev.f.ReadAt(buf, 0); err != nil {
 		return superblock{}, err
 	}
-	return decodeSuper(buf)
+	sb, err := decodeSuper(buf)
+	if err != nil {
+		return superblock{}, err
+	}
+	// decodeSuper bounded blocks by 2^32, so this cannot overflow.
+	if (sb.blocks+superBlocks)*blockSize > uint64(dev.size) {
+		return superblock{}, fmt.Errorf("%w: superblock says %d data blocks, more than the device's %d bytes hold", ErrCorrupt, sb.blocks, dev.size)
+	}
+	if sb.state == stateClean {
+		saved, err := readIndex(dev, &sb)
+		if err != nil {
+			return superblock{}, err
+		}
+		sb.saved = saved
+	}
+	return sb, nil
+}
+
+// readIndex reads the index a clean close saved and checks it whole before
+// anything is loaded: its place and length, its checksum, and that every
+// entry is an object inside the store, overlapping no other, under a key
+// listed once. It allocates no more than the store's own index could need.
+func readIndex(dev *device, sb *superblock) ([]byte, error) {
+	if err := sb.checkIndex(); err != nil {
+		return nil, err
+	}
+	blob := make([]byte, sb.indexBytes)
+	if _, err := dev.f.ReadAt(blob, int64(superBlocks+sb.indexBlock)*blockSize); err != nil {
+		return nil, fmt.Errorf("read the saved index: %w", err)
+	}
+	if crc32.Checksum(blob, castagnoli) != sb.indexCRC {
+		return nil, fmt.Errorf("%w: saved index checksum mismatch", ErrCorrupt)
+	}
+	alloc := newAllocator(uint32(sb.blocks))
+	hashes := make([]uint64, 0, len(blob)/indexEntSize)
+	for p := blob; len(p) > 0; p = p[indexEntSize:] {
+		e := decodeEntry(p)
+		if err := checkEntry(e); err != nil {
+			return nil, err
+		}
+		nb := blocksFor(int64(e.size))
+		if !alloc.isFree(e.block, nb) {
+			return nil, fmt.Errorf("%w: saved index entry at block %d (%d bytes) overlaps another or lies outside the store", ErrCorrupt, e.block, e.size)
+		}
+		alloc.take(e.block, nb)
+		hashes = append(hashes, e.hash)
+	}
+	slices.Sort(hashes)
+	for i := 1; i < len(hashes); i++ {
+		if hashes[i] == hashes[i-1] {
+			return nil, fmt.Errorf("%w: saved index lists a key twice", ErrCorrupt)
+		}
+	}
+	return blob, nil
+}
+
+func decodeEntry(p []byte) entry {
+	return entry{
+		hash:  binary.LittleEndian.Uint64(p),
+		block: binary.LittleEndian.Uint32(p[8:]),
+		size:  binary.LittleEndian.Uint32(p[12:]),
+	}
 }
 
 // save writes the index into free space and then marks the store clean.
@@ -59,28 +124,18 @@ func (s *Store) save() error {
 	return writeSuper(s.dev, &s.sb)
 }
 
-// load restores the index a clean close saved, checking its checksum and
-// that its objects lie inside the store without overlapping.
+// load restores the index a clean close saved, which readSuper has read
+// and checked. The checks here only guard against a caller that skipped it.
 func (s *Store) load() error {
-	sb := s.sb
-	if sb.indexBytes%indexEntSize != 0 || sb.indexBlock+uint64(blocksFor(int64(sb.indexBytes))) > sb.blocks {
-		return fmt.Errorf("%w: saved index lies outside the store", ErrCorrupt)
-	}
-	blob := make([]byte, sb.indexBytes)
-	if _, err := s.dev.f.ReadAt(blob, int64(superBlocks+sb.indexBlock)*blockSize); err != nil {
-		return err
-	}
-	if crc32.Checksum(blob, castagnoli) != sb.indexCRC {
-		return fmt.Errorf("%w: saved index checksum mismatch", ErrCorrupt)
+	blob := s.sb.saved
+	s.sb.saved = nil
+	if len(blob)%indexEntSize != 0 {
+		return fmt.Errorf("%w: saved index is not whole entries", ErrCorrupt)
 	}
 	for p := blob; len(p) > 0; p = p[indexEntSize:] {
-		e := entry{
-			hash:  binary.LittleEndian.Uint64(p),
-			block: binary.LittleEndian.Uint32(p[8:]),
-			size:  binary.LittleEndian.Uint32(p[12:]),
-		}
+		e := decodeEntry(p)
 		nb := blocksFor(int64(e.size))
-		if e.size <= headerSize || !s.alloc.isFree(e.block, nb) {
+		if checkEntry(e) != nil || !s.alloc.isFree(e.block, nb) {
 			return fmt.Errorf("%w: saved index entry at block %d overlaps another or lies outside the store", ErrCorrupt, e.block)
 		}
 		if _, _, dup := s.idx.find(e.hash); dup {
