@@ -60,8 +60,9 @@ func TestConcurrent(t *testing.T) {
 	t.Logf("%+v", st)
 }
 
-// TestCorruption checks that damaged bytes read as a miss, and that a
-// damaged saved index or superblock makes Open fail with ErrCorrupt.
+// TestCorruption checks that damaged bytes read as a miss, that a damaged
+// saved index is dropped, and that a damaged superblock makes Open fail
+// with ErrCorrupt.
 func TestCorruption(t *testing.T) {
 	s, path := newTestStore(t, 1<<20, "")
 	data := Generate("victim", 3000)
@@ -97,12 +98,18 @@ func TestCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Damage the saved index: Open must refuse, not trust it.
+	// Damage the saved index: Open must not trust it, but drop it and
+	// serve, as after a crash (hostile_test.go checks this in detail).
 	sb := readSuperForTest(t, path)
 	damage(t, path, int64(superBlocks+sb.indexBlock)*blockSize+3)
-	if _, err := Open(path, Options{}); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("open with damaged index: %v, want ErrCorrupt", err)
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("open with damaged index: %v, want the index dropped", err)
 	}
+	if _, err := s.Read("kept"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read with the damaged index dropped: %v, want a miss", err)
+	}
+	s.Close()
 	damage(t, path, 20)
 	if _, err := Open(path, Options{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open with damaged superblock: %v, want ErrCorrupt", err)

@@ -54,7 +54,7 @@ func FuzzSavedIndex(f *testing.F) {
 		le.PutUint64(img[40:], uint64(len(data)))
 		le.PutUint32(img[48:], crc32.Checksum(data, castagnoli))
 		resum(img)
-		openFuzzed(t, img, false)
+		openFuzzed(t, img, true)
 	})
 }
 
@@ -63,6 +63,7 @@ func FuzzSavedIndex(f *testing.F) {
 // saved index costs the index, not the store.
 func openFuzzed(t *testing.T, img []byte, validSuper bool) {
 	path := writeImage(t, img)
+	log := captureLog(t)
 	var s *Store
 	var err error
 	if n := allocated(func() { s, err = Open(path, Options{}) }); n > maxOpenAlloc {
@@ -76,6 +77,9 @@ func openFuzzed(t *testing.T, img []byte, validSuper bool) {
 			t.Fatalf("open with a sound superblock: %v", err)
 		}
 		return
+	}
+	if n := strings.Count(log.String(), "\n"); n > 1 {
+		t.Fatalf("open logged %d lines: %q", n, log.String())
 	}
 	for _, k := range []string{"a", "bb", "ccc"} {
 		if got, err := s.Read(k); err == nil && string(got) != string(Generate(k, 700)) {

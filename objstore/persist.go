@@ -2,8 +2,10 @@ package objstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"slices"
 )
 
@@ -16,7 +18,9 @@ func writeSuper(dev *device, sb *superblock) error {
 
 // readSuper reads and checks the superblock and, if the store was closed
 // cleanly, the saved index (into sb.saved, for load). Every field is range
-// checked against the device before it is used.
+// checked against the device before it is used. A bad superblock is an
+// error; a bad saved index is logged and dropped: the superblock comes back
+// dirty, as after a crash, so Open starts with an empty index.
 func readSuper(dev *device, buf []byte) (superblock, error) {
 	if _, err := dev.f.ReadAt(buf, 0); err != nil {
 		return superblock{}, err
@@ -31,6 +35,15 @@ func readSuper(dev *device, buf []byte) (superblock, error) {
 	}
 	if sb.state == stateClean {
 		saved, err := readIndex(dev, &sb)
+		if errors.Is(err, ErrCorrupt) {
+			// The store is a cache: a bad index costs its objects, not
+			// the store. Open treats it as after an unclean shutdown.
+			slog.Default().Warn("objstore: dropped a corrupt saved index; every object is a miss and its space is reused",
+				"store", dev.f.Name(), "err", err)
+			sb.state = stateDirty
+			sb.indexBlock, sb.indexBytes, sb.indexCRC = 0, 0, 0
+			return sb, nil
+		}
 		if err != nil {
 			return superblock{}, err
 		}
