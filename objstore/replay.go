@@ -53,6 +53,11 @@ func Replay(st ObjectStore, t *TraceReader, progress func(ReplayResult)) (Replay
 		if err != nil {
 			return res, err
 		}
+		// Check the size before generating the data: a corrupt or
+		// hostile trace must not allocate more than the store could hold.
+		if err := fits(st, req); err != nil {
+			return res, fmt.Errorf("trace line %d: %w", t.Line(), err)
+		}
 		res.Requests++
 		want := Generate(req.Key, req.Size)
 		got, err := st.Read(req.Key)
@@ -61,14 +66,14 @@ func Replay(st ObjectStore, t *TraceReader, progress func(ReplayResult)) (Replay
 			res.Hits++
 			res.BytesRead += int64(len(got))
 		case err == nil && len(got) == len(want):
-			return res, fmt.Errorf("key %s: read back %d bytes that differ from those written", req.Key, len(got))
+			return res, fmt.Errorf("trace line %d: key %s: read back %d bytes that differ from those written", t.Line(), req.Key, len(got))
 		case err == nil || errors.Is(err, ErrNotFound):
 			if err := st.Create(req.Key, want); err != nil {
-				return res, fmt.Errorf("create %s (%d bytes): %w", req.Key, req.Size, err)
+				return res, fmt.Errorf("trace line %d: create %s (%d bytes): %w", t.Line(), req.Key, req.Size, err)
 			}
 			res.BytesWritten += int64(req.Size)
 		default:
-			return res, fmt.Errorf("read %s: %w", req.Key, err)
+			return res, fmt.Errorf("trace line %d: read %s: %w", t.Line(), req.Key, err)
 		}
 		if progress != nil {
 			progress(res)
@@ -77,6 +82,37 @@ func Replay(st ObjectStore, t *TraceReader, progress func(ReplayResult)) (Replay
 	err := st.Sync()
 	res.Elapsed = time.Since(start)
 	return res, err
+}
+
+// maxReplaySize bounds a request's size for stores that cannot say what
+// they hold: objects are below 4 GiB here (see docs/objstore.md, Limits).
+const maxReplaySize = 1<<32 - 1
+
+// fits checks that st could hold req before Replay allocates its data:
+// for this package's Store, against its capacity and the largest object it
+// takes; for another store, against maxReplaySize.
+func fits(st ObjectStore, req Request) error {
+	s, ok := st.(*Store)
+	if !ok {
+		if int64(req.Size) > maxReplaySize {
+			return fmt.Errorf("size %d of %s is more than %d bytes: %w", req.Size, req.Key, int64(maxReplaySize), ErrTooLarge)
+		}
+		return nil
+	}
+	if len(req.Key) == 0 || len(req.Key) > maxKeyLen {
+		return fmt.Errorf("key of %d bytes: %w", len(req.Key), ErrKeyLength)
+	}
+	// The data area's size never changes after Open: no lock is needed.
+	capacity := int64(s.alloc.n) * blockSize
+	if int64(req.Size) > capacity {
+		return fmt.Errorf("size %d of %s is more than the store's capacity of %d bytes: %w", req.Size, req.Key, capacity, ErrTooLarge)
+	}
+	// Now diskSize cannot overflow; the rest is Create's own check.
+	size := diskSize(len(req.Key), req.Size)
+	if size > int64(^uint32(0)) || size > capacity {
+		return fmt.Errorf("size %d of %s with its header and key is more than the store can hold (%d bytes): %w", req.Size, req.Key, min(capacity, int64(^uint32(0))), ErrTooLarge)
+	}
+	return nil
 }
 
 // Generate returns size bytes that depend only on key and size, so a reader

@@ -1,6 +1,8 @@
 package objstore
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -55,5 +57,37 @@ func TestTraceErrors(t *testing.T) {
 		if _, err := tr.Next(); err == nil || !strings.Contains(err.Error(), "line 2") {
 			t.Errorf("%q: error %v, want one naming line 2", bad, err)
 		}
+	}
+}
+
+// TestReplayHugeSize replays traces whose sizes the store cannot hold: the
+// error is one line naming the trace line, and nothing that size is
+// allocated.
+func TestReplayHugeSize(t *testing.T) {
+	s, _ := newTestStore(t, 1<<20, "")
+	defer s.Close()
+	for _, size := range []string{"1000000000000", "9223372036854775807", "2097152", "1048576"} {
+		tr, err := NewTraceReader(strings.NewReader("1 a 10\n\n2 b " + size + "\n3 c 10\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res ReplayResult
+		n := allocated(func() { res, err = Replay(s, tr, nil) })
+		if err == nil || !strings.Contains(err.Error(), "trace line 3:") || strings.Contains(err.Error(), "\n") ||
+			!errors.Is(err, ErrTooLarge) {
+			t.Errorf("size %s: error %v, want one line naming trace line 3", size, err)
+		}
+		if res.Requests != 1 {
+			t.Errorf("size %s: %d requests replayed, want 1", size, res.Requests)
+		}
+		if n > 1<<20 {
+			t.Errorf("size %s: replay allocated %d bytes", size, n)
+		}
+	}
+	// The largest object the store holds replays.
+	big := s.Stats().Capacity - pageSize
+	tr, _ := NewTraceReader(strings.NewReader(fmt.Sprintf("1 big %d\n1 big %d\n", big, big)))
+	if res, err := Replay(s, tr, nil); err != nil || res.Hits != 1 {
+		t.Errorf("replay of a %d-byte object: %+v, %v", big, res, err)
 	}
 }

@@ -47,6 +47,9 @@ func NewTraceReader(r io.Reader) (*TraceReader, error) {
 	return &TraceReader{sc: bufio.NewScanner(src)}, nil
 }
 
+// Line is the number of the line Next last read.
+func (t *TraceReader) Line() int { return t.line }
+
 // Next returns the next request, io.EOF at the end, or an error naming the
 // line that does not parse.
 func (t *TraceReader) Next() (Request, error) {
