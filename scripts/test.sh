@@ -13,3 +13,7 @@ CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
 # The 9P server on arbitrary input, bounded (the corpus is committed in
 # export/testdata/fuzz).
 go test -run='^$' -fuzz=FuzzServe -fuzztime=30s ./export/
+# The object store's superblock and saved index, crafted (corpus in
+# objstore/testdata/fuzz).
+go test -run='^$' -fuzz='^FuzzSuperblock$' -fuzztime=10s ./objstore/
+go test -run='^$' -fuzz='^FuzzSavedIndex$' -fuzztime=10s ./objstore/
