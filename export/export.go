@@ -64,6 +64,7 @@ type Server struct {
 	slots    chan struct{} // MaxConns tokens
 	requests atomic.Uint64
 	nextConn atomic.Uint64
+	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
 
 	usersMu sync.Mutex
 	users   map[uint32]groups

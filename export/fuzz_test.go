@@ -128,6 +128,9 @@ func FuzzServe(f *testing.F) {
 			t.Fatal("ServeConn did not return after the client went")
 		}
 		<-wrote
+		if n := fx.s.panics.Load(); n != 0 {
+			t.Fatalf("%d requests panicked (the log has their stacks)", n)
+		}
 		fx.c.check(t)
 		// The library's goroutines of the connection end with it.
 		deadline := time.Now().Add(5 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os/user"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -193,7 +194,16 @@ func (c *conn) ioMax() uint32 {
 }
 
 // serveOne serves one request and returns its reply.
-func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.Dec) *p9wire.Enc {
+func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.Dec) (reply *p9wire.Enc) {
+	// A bug met by one request must not end every client's service: it
+	// is logged with its stack and answered EIO.
+	defer func() {
+		if v := recover(); v != nil {
+			c.s.panics.Add(1)
+			c.s.log.Error("9p: a request panicked; answered EIO", "type", typ, "panic", v, "stack", string(debug.Stack()))
+			reply = rerror(tag, syscall.EIO)
+		}
+	}()
 	m := p9wire.Msg(typ+1, tag)
 	h := handlers[typ]
 	if h == nil {

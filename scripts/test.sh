@@ -11,9 +11,11 @@ fmt=$(gofmt -l $(git ls-files '*.go'))
 go vet ./...
 CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
 # The 9P server on arbitrary input, bounded (the corpus is committed in
-# export/testdata/fuzz).
-go test -run='^$' -fuzz=FuzzServe -fuzztime=30s ./export/
+# export/testdata/fuzz). No minimizing of new inputs: Go's fuzzer can stall
+# and then abort in it ("hung or terminated unexpectedly while minimizing",
+# golang/go#52569); a failing input is still written out whole.
+go test -run='^$' -fuzz=FuzzServe -fuzztime=30s -fuzzminimizetime=0x ./export/
 # The object store's superblock and saved index, crafted (corpus in
 # objstore/testdata/fuzz).
-go test -run='^$' -fuzz='^FuzzSuperblock$' -fuzztime=10s ./objstore/
-go test -run='^$' -fuzz='^FuzzSavedIndex$' -fuzztime=10s ./objstore/
+go test -run='^$' -fuzz='^FuzzSuperblock$' -fuzztime=10s -fuzzminimizetime=0x ./objstore/
+go test -run='^$' -fuzz='^FuzzSavedIndex$' -fuzztime=10s -fuzzminimizetime=0x ./objstore/
