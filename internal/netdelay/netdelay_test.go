@@ -16,8 +16,9 @@ import (
 // Times are checked only from below: the machine is shared and noisy, so
 // anything may take longer than it should, never shorter.
 
-// echoServer echoes every connection until closed.
-func echoServer(t *testing.T) string {
+// server serves every connection on a loopback port with handle, until
+// the test ends.
+func server(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,36 +35,22 @@ func echoServer(t *testing.T) string {
 				return
 			}
 			wg.Add(1)
-			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
+			go func() { defer wg.Done(); handle(c); c.Close() }()
 		}
 	}()
 	return ln.Addr().String()
 }
 
+// echoServer echoes every connection until closed.
+func echoServer(t *testing.T) string {
+	return server(t, func(c net.Conn) { io.Copy(c, c) })
+}
+
 // sinkServer reads and discards every connection, reporting the bytes of
 // each on the channel when it ends.
 func sinkServer(t *testing.T) (string, <-chan int64) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan int64, 16)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); n, _ := io.Copy(io.Discard, c); c.Close(); got <- n }()
-		}
-	}()
-	return ln.Addr().String(), got
+	return server(t, func(c net.Conn) { n, _ := io.Copy(io.Discard, c); got <- n }), got
 }
 
 func listen(t *testing.T, target string, rtt time.Duration, rate int64) *Proxy {
