@@ -22,6 +22,9 @@ type Kind struct {
 	// be asked (the command runs it before going to the background), and
 	// returns the secret that Open receives in Layer.Secret.
 	Prepare func(p Prep) ([]byte, error)
+	// Check, if set, may refuse the place of the layer in a stack: it
+	// gets the stack's layer names, bottom-most first, and its index.
+	Check func(layers []string, i int) error
 	// Open stacks the layer over lower. dir is the directory at the
 	// bottom of the stack, where layers keep their configuration.
 	Open func(ctx context.Context, st *Stack, lower layer.Node, dir string, l Layer) (layer.Node, error)

@@ -51,10 +51,19 @@ func (sp *Spec) Check() error {
 	if sp.Lower == "" {
 		return fmt.Errorf("the stack needs a lower directory")
 	}
+	var layers []string
 	for _, l := range sp.Layers {
+		layers = append(layers, l.Name)
+	}
+	for i, l := range sp.Layers {
 		k, err := Find(l.Name)
 		if err != nil {
 			return err
+		}
+		if k.Check != nil {
+			if err := k.Check(layers, i); err != nil {
+				return err
+			}
 		}
 		for _, o := range sortedKeys(l.Options) {
 			if _, ok := k.Options[o]; !ok {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	// The layers and the backend a command line can name.
+	_ "github.com/shalefs/shale/compress"
 	_ "github.com/shalefs/shale/crypt"
 	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"

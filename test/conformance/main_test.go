@@ -89,6 +89,9 @@ var stacks = []*stack{
 	// is made in a managed directory.
 	{name: "shard", layers: []string{"shard"}, prepare: markShard},
 	{name: "shard-rot13", layers: []string{"shard", "rot13"}, prepare: markShard},
+	// compress alone, and over crypt (compressed, then encrypted).
+	{name: "compress", layers: []string{"compress"}, differs: compressDiffers},
+	{name: "crypt-compress", layers: []string{"crypt", "compress"}, prepare: initCrypt, differs: compressDiffers},
 	// Over 9P: shale's client of shale's server, with crypt on the client
 	// over a plain export (the server sees only ciphertext), and of diod.
 	// Root squash is off: the cases compare root's steps with native.
@@ -464,5 +467,21 @@ var cryptDiffers = func() map[string]string {
 	add("crypt reports no holes: its 4128-byte stored blocks do not line up with the lower file system's",
 		"sparse-5GiB/SEEK_DATA 0", "sparse-5GiB/SEEK_HOLE 0", "sparse-5GiB/SEEK_DATA after last data",
 		"sparse-5GiB/SEEK_HOLE after data")
+	add("crypt stores user.* and trusted.* attributes encrypted, bound to the file's identity (docs/crypt-format.md, Extended attributes): names of at most 159 bytes, values of at most 65508 (28 bytes of nonce and tag; the lower file system refuses more, E2BIG), and each takes more room below",
+		"xattr/name of 255 bytes", "xattr/set 65536 bytes", "xattr/largest user.max value")
+	return m
+}()
+
+// compressDiffers are what the compress layer does otherwise than native
+// (docs/compress.md).
+var compressDiffers = func() map[string]string {
+	m := map[string]string{}
+	add := func(why string, keys ...string) {
+		for _, k := range keys {
+			m[k] = why
+		}
+	}
+	add("st_blocks is the stored (compressed) size, and a compressed file has no room to reserve: fallocate sets the size, it allocates nothing",
+		"fallocate/blocks", "fallocate/blocks grew", "fallocate/blocks after punch", "statfs/64 MiB allocated shows in bfree")
 	return m
 }()
