@@ -126,7 +126,7 @@ func (s *fstate) doCommit(ctx context.Context, lf lowerFile, chs []change, newSi
 		if !fresh {
 			freed = append(freed, extent{s.hdr.tableOff, s.hdr.tableCap * entrySize})
 		}
-		if e := s.writeTable(ctx, lf, ents, newTable.tableOff); e != 0 {
+		if e := s.writeTable(ctx, lf, ents, newTable.tableOff, newTable.tableOff >= s.lowerSz); e != 0 {
 			return e
 		}
 	} else if e := s.writeEntries(ctx, lf, ents, chs); e != 0 {
@@ -193,10 +193,10 @@ func cmpU(a, b uint64) int {
 	return 0
 }
 
-// writeTable writes a whole table at off, which lies past the lower
-// file's end: pages of zeros (holes) are left unwritten, as the lower
-// file reads zeros there, and the file is extended over the table.
-func (s *fstate) writeTable(ctx context.Context, lf lowerFile, ents []entry, off uint64) layer.Errno {
+// writeTable writes a whole table at off. If off lies past the lower
+// file's end (sparse), pages of zeros (holes) are left unwritten, as the
+// lower file reads zeros there, and the file is extended over the table.
+func (s *fstate) writeTable(ctx context.Context, lf lowerFile, ents []entry, off uint64, sparse bool) layer.Errno {
 	n := uint64(len(ents)) * entrySize
 	buf := make([]byte, n)
 	for i, en := range ents {
@@ -205,7 +205,7 @@ func (s *fstate) writeTable(ctx context.Context, lf lowerFile, ents []entry, off
 	const page = 4096
 	for p := uint64(0); p < n; p += page {
 		chunk := buf[p:min(p+page, n)]
-		if allZero(chunk) && off%page == 0 {
+		if sparse && allZero(chunk) && off%page == 0 {
 			continue
 		}
 		// Write the run of non-zero pages from here in one go.
@@ -254,6 +254,9 @@ func (s *fstate) writeEntries(ctx context.Context, lf lowerFile, ents []entry, c
 // settle cuts free space off the end of the lower file and takes the
 // lower file's attributes as those the state describes.
 func (s *fstate) settle(ctx context.Context, lf lowerFile) layer.Errno {
+	if e := s.compact(ctx, lf); e != 0 {
+		return e
+	}
 	if s.lowerSz > s.sp.end {
 		if e := s.trimTo(ctx, lf, s.sp.end); e != 0 {
 			return e
@@ -295,20 +298,86 @@ func (s *fstate) shrink(ctx context.Context, lf lowerFile, size uint64) layer.Er
 	}
 	s.hdr.size = size
 	var chs []change
+	var freed []extent
 	for b := blocks(size); b < uint64(len(s.ents)); b++ {
-		if s.ents[b].kind != kindHole {
+		if o := s.ents[b]; o.kind != kindHole {
 			chs = append(chs, change{blk: b})
+			if o.kind != badKind {
+				freed = append(freed, extent{o.off, uint64(o.n)})
+			}
+			s.ents[b] = entry{}
 		}
 	}
 	if e := s.writeEntries(ctx, lf, s.ents, chs); e != 0 {
 		s.known = false
 		return e
 	}
-	for _, c := range chs {
-		if o := s.ents[c.blk]; o.kind == kindZstd || o.kind == kindRaw {
-			s.sp.free(extent{o.off, uint64(o.n)})
-		}
-		s.ents[c.blk] = entry{}
+	for _, f := range freed {
+		s.sp.free(f)
 	}
 	return s.settle(ctx, lf)
+}
+
+// compact moves the extents that end the file into gaps before them, a
+// few an update: a block rewritten in pieces takes new room each time
+// (the old extent stays until its entry is switched), which would
+// otherwise leave the file full of holes. Each move is a rewrite of the
+// block with the same content, as crash-safe.
+func (s *fstate) compact(ctx context.Context, lf lowerFile) layer.Errno {
+	for range 16 {
+		if len(s.sp.gaps) == 0 {
+			return 0
+		}
+		if tn := s.hdr.tableCap * entrySize; tn > 0 && s.hdr.tableOff+tn == s.sp.end {
+			if !slices.ContainsFunc(s.sp.gaps, func(g extent) bool { return g.n >= tn }) {
+				return 0
+			}
+			// The table ends the file: it moves as it grows, a new
+			// copy first, then the header.
+			h := s.hdr
+			h.tableOff = s.sp.alloc(tn)
+			if e := s.writeTable(ctx, lf, s.ents, h.tableOff, false); e != 0 {
+				return e
+			}
+			if e := writeFull(ctx, lf, h.encode(), 0); e != 0 {
+				return e
+			}
+			s.sp.free(extent{s.hdr.tableOff, tn})
+			s.hdr = h
+			continue
+		}
+		b, ok := s.lastExtent()
+		if !ok {
+			return 0
+		}
+		en := s.ents[b]
+		if !slices.ContainsFunc(s.sp.gaps, func(g extent) bool { return g.n >= uint64(en.n) }) {
+			return 0
+		}
+		buf := make([]byte, en.n)
+		if _, e := readFull(ctx, lf, buf, int64(en.off)); e != 0 {
+			return e
+		}
+		moved := en
+		moved.off = s.sp.alloc(uint64(en.n))
+		if e := writeFull(ctx, lf, buf, moved.off); e != 0 {
+			return e
+		}
+		s.ents[b] = moved
+		if e := s.writeEntries(ctx, lf, s.ents, []change{{blk: b}}); e != 0 {
+			return e
+		}
+		s.sp.free(extent{en.off, uint64(en.n)})
+	}
+	return 0
+}
+
+// lastExtent finds the block whose extent ends the file's used bytes.
+func (s *fstate) lastExtent() (uint64, bool) {
+	for b := len(s.ents) - 1; b >= 0; b-- {
+		if en := s.ents[b]; (en.kind == kindZstd || en.kind == kindRaw) && en.off+uint64(en.n) == s.sp.end {
+			return uint64(b), true
+		}
+	}
+	return 0, false
 }
