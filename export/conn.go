@@ -26,10 +26,51 @@ type conn struct {
 	flight sync.WaitGroup     // requests in flight
 	seq    atomic.Uint64      // files made (file.seq)
 
+	journal atomic.Pointer[jrnl] // the journal it opened, if any
+
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec
 	fids  map[uint32]*file
 	tags  map[uint16]*req
+	views map[*root]uint32 // its coherence view of each root it reached
+}
+
+// viewOf is c's coherence view of root r, registered when first needed:
+// the changes its requests make carry it.
+func (c *conn) viewOf(r *root) uint32 {
+	m := c.s.st.Manager()
+	if m == nil || r == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.views[r]
+	if !ok {
+		v = m.Register(connView{}, r.n)
+		c.views[r] = v
+		c.s.ctl.addView(v, c)
+	}
+	return v
+}
+
+// endViews unregisters c's views, at its end.
+func (c *conn) endViews() {
+	c.mu.Lock()
+	views := c.views
+	c.views = map[*root]uint32{}
+	c.mu.Unlock()
+	for _, v := range views {
+		c.s.st.Manager().Unregister(v)
+		c.s.ctl.forgetView(v)
+	}
+}
+
+// callerCtx is ctx carrying who, acting through c's view of r.
+func (c *conn) callerCtx(ctx context.Context, who layer.Caller, r *root) context.Context {
+	if r != nil {
+		who.View = c.viewOf(r)
+	}
+	return layer.WithCaller(ctx, who)
 }
 
 // nodeKey names a file of one root's stack: roots may be different layers

@@ -49,6 +49,15 @@ type Options struct {
 	MaxFids int
 	// Logger gets the server's complaints (nil: slog.Default()).
 	Logger *slog.Logger
+	// JournalRecords bounds the records queued in one journal (0:
+	// 65536); past it the queue becomes one Reset.
+	JournalRecords int
+	// JournalAge is how long a journal outlives its client's last
+	// connection (0: an hour).
+	JournalAge time.Duration
+	// JournalInterest bounds the QIDs one journal follows (0: a
+	// million); past it the journal is Reset.
+	JournalInterest int
 }
 
 // Server serves a set of roots over 9P.
@@ -65,6 +74,8 @@ type Server struct {
 	requests atomic.Uint64
 	nextConn atomic.Uint64
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
+	counts   counters
+	ctl      *controller
 
 	usersMu sync.Mutex
 	users   map[uint32]groups
@@ -77,7 +88,7 @@ type Server struct {
 type root struct {
 	name string
 	n    layer.Node
-	view uint32 // in the stack's coherence manager; 0 without one
+	view uint32 // its journals' holder in the stack's coherence manager
 }
 
 // groups are a uid's groups from the user database, as of at.
@@ -110,6 +121,15 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 	if opts.MaxFids <= 0 {
 		opts.MaxFids = 4096
 	}
+	if opts.JournalRecords <= 0 {
+		opts.JournalRecords = defaultJournalRecords
+	}
+	if opts.JournalAge <= 0 {
+		opts.JournalAge = defaultJournalAge
+	}
+	if opts.JournalInterest <= 0 {
+		opts.JournalInterest = defaultJournalInterest
+	}
 	s := &Server{
 		st: st, opts: opts, log: opts.Logger,
 		roots:    map[string]*root{},
@@ -117,6 +137,7 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 		slots:    make(chan struct{}, opts.MaxConns),
 		users:    map[uint32]groups{},
 		conns:    map[*conn]struct{}{},
+		ctl:      newController(&opts),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -124,13 +145,11 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 	for name, n := range roots {
 		name = strings.Trim(name, "/")
 		r := &root{name: name, n: n}
-		// The export holds no cache yet: 9P clients are told nothing
-		// (9P2000.L has no invalidation; that waits for the journal), so
-		// Invalidate drops nothing. Registering still gives the export a
-		// view number, so that FUSE views of the same stack hear of
-		// changes made over 9P.
+		// The root's journals hear of every change, whoever made it, as
+		// the root's layer sees it; each connection has views of its own
+		// (conn.viewOf), so that a client is not told of its changes.
 		if m := st.Manager(); m != nil {
-			r.view = m.Register(holder{}, n)
+			r.view = m.Register(jholder{s, r}, n)
 		}
 		s.roots[name] = r
 	}
@@ -145,10 +164,15 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 	return s
 }
 
-// holder is the export as a coherence holder; see New.
-type holder struct{}
+// connView is a connection's view in the coherence manager: it caches
+// nothing itself (its journal does, through the root's jholder), but its
+// number marks the changes the connection's requests make.
+type connView struct{}
 
-func (holder) Invalidate(layer.Event) {}
+func (connView) Invalidate(layer.Event) {}
+
+// Epoch is the number every journal record of this server carries.
+func (s *Server) Epoch() uint64 { return s.ctl.epoch }
 
 // Requests returns how many 9P requests the server has read so far.
 func (s *Server) Requests() uint64 { return s.requests.Load() }
@@ -206,7 +230,8 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
-		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*file{}, tags: map[uint16]*req{}}
+		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*file{}, tags: map[uint16]*req{},
+		views: map[*root]uint32{}}
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -221,6 +246,8 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	c.flight.Wait()
 	rw.Close()
 	c.releaseAll()
+	c.endViews()
+	s.ctl.detach(c)
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()

@@ -42,7 +42,8 @@ type file struct {
 	seq uint64 // the order files are made in: conn.pair takes two by it
 	who layer.Caller
 	pos
-	up []pos // for "..", Trename and Tremove
+	up []pos  // for "..", Trename and Tremove
+	jt *jnode // a fid of the journal tree (jtree.go), not of a root
 
 	released bool // guarded by c.mu
 
@@ -71,7 +72,7 @@ type xattrSet struct {
 }
 
 // opCtx is ctx carrying f's caller, through its root's view; f is in use.
-func (f *file) opCtx(ctx context.Context) context.Context { return callerCtx(ctx, f.who, f.r) }
+func (f *file) opCtx(ctx context.Context) context.Context { return f.c.callerCtx(ctx, f.who, f.r) }
 
 // use starts an operation on f, exclusive if it changes f: false if f has
 // been released. done ends it.
@@ -108,6 +109,9 @@ func (f *file) release() {
 	}
 	f.released = true
 	f.c.mu.Unlock()
+	if f.jt != nil {
+		close(f.jt.stop) // before f.mu: a journal read may hold it
+	}
 	f.mu.Lock()
 	h, d := f.h, f.d
 	f.h, f.d = nil, nil
@@ -155,7 +159,7 @@ func (f *file) createCtx(ctx context.Context, gid uint32) context.Context {
 	}
 	w := f.who
 	w.Gid = gid
-	return callerCtx(ctx, w, f.r)
+	return f.c.callerCtx(ctx, w, f.r)
 }
 
 // badName tells whether name cannot be one entry of a directory: the
@@ -191,6 +195,9 @@ func (p *pos) qid() p9wire.Qid {
 func (f *file) walk(ctx context.Context, names []string) (*file, []p9wire.Qid, syscall.Errno) {
 	if len(names) > 0 && f.full() {
 		return nil, nil, syscall.EMFILE
+	}
+	if f.jt != nil {
+		return f.jwalk(names)
 	}
 	w := walkState{at: f.pos, up: slices.Clone(f.up)}
 	w.at.name = f.name
@@ -237,6 +244,7 @@ func (f *file) walkFrom(ctx context.Context, w walkState, names []string) (walkS
 			w.up = append(w.up, w.at)
 			w.at = nx
 		}
+		f.c.note(ctx, w.at.r, w.at.qid())
 		qids = append(qids, w.at.qid())
 	}
 	return w, qids, 0
@@ -266,7 +274,7 @@ func (f *file) step(ctx context.Context, p pos, name string) (pos, syscall.Errno
 		return pos{}, syscall.ENOENT
 	}
 	var a layer.Attr
-	cn, e := p.rec.n.Lookup(callerCtx(ctx, f.who, p.r), name, &a)
+	cn, e := p.rec.n.Lookup(f.c.callerCtx(ctx, f.who, p.r), name, &a)
 	if e != 0 {
 		return pos{}, e
 	}
@@ -281,7 +289,7 @@ func (f *file) mount(ctx context.Context, mnt string) (pos, syscall.Errno) {
 		return pos{mode: syscall.S_IFDIR, mounts: true, mnt: mnt}, 0
 	}
 	var a layer.Attr
-	if e := r.n.Getattr(callerCtx(ctx, f.who, r), nil, &a); e != 0 {
+	if e := r.n.Getattr(f.c.callerCtx(ctx, f.who, r), nil, &a); e != 0 {
 		return pos{}, e
 	}
 	return pos{r: r, rec: f.c.holdRoot(r), mode: a.Mode & syscall.S_IFMT, mounts: true, mnt: mnt}, 0
@@ -437,6 +445,7 @@ func (f *file) lcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 	f.up = append(f.up, f.pos)
 	f.pos = pos{r: f.r, rec: f.c.hold(f.r, cn), mode: a.Mode & syscall.S_IFMT, name: name}
 	f.h, f.opened = h, true
+	f.c.note(ctx, f.r, f.qid())
 	m.Qid(f.qid())
 	m.U32(0)
 	return 0
@@ -872,11 +881,13 @@ func (f *file) getlock(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 
 // made answers a request that made a node no fid refers to yet: its QID,
 // and the node is Forgotten.
-func made(m *p9wire.Enc, c layer.Node, a *layer.Attr, e syscall.Errno) syscall.Errno {
+func (f *file) made(ctx context.Context, m *p9wire.Enc, c layer.Node, a *layer.Attr, e syscall.Errno) syscall.Errno {
 	if e != 0 {
 		return e
 	}
-	m.Qid(qidOf(c.Token(), a.Mode))
+	q := qidOf(c.Token(), a.Mode)
+	f.c.note(ctx, f.r, q)
+	m.Qid(q)
 	c.Forget()
 	return 0
 }
@@ -892,7 +903,7 @@ func (f *file) mkdir(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	}
 	var a layer.Attr
 	c, e := n.Mkdir(f.createCtx(ctx, gid), name, mode&0o7777, &a)
-	return made(m, c, &a, e)
+	return f.made(ctx, m, c, &a, e)
 }
 
 func (f *file) symlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
@@ -906,7 +917,7 @@ func (f *file) symlink(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 	}
 	var a layer.Attr
 	c, e := n.Symlink(f.createCtx(ctx, gid), []byte(target), name, &a)
-	return made(m, c, &a, e)
+	return f.made(ctx, m, c, &a, e)
 }
 
 func (f *file) mknod(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
@@ -920,7 +931,7 @@ func (f *file) mknod(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	}
 	var a layer.Attr
 	c, e := n.Mknod(f.createCtx(ctx, gid), name, mode&(syscall.S_IFMT|0o7777), unix.Mkdev(major, minor), &a)
-	return made(m, c, &a, e)
+	return f.made(ctx, m, c, &a, e)
 }
 
 // peer returns the node of o, which must be of f's root: the layers link

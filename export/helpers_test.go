@@ -441,3 +441,18 @@ func (r *raw) lock(t testing.TB, fid uint32, typ p9.LockType, flags p9.LockFlags
 	body := r.must(t, "lock", tlock(1, fid, typ, flags, start, length))
 	return p9.LockStatus(body[0])
 }
+
+// connViews are the coherence views of the server's connections.
+func (s *Server) connViews() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var vs []uint32
+	for c := range s.conns {
+		c.mu.Lock()
+		for _, v := range c.views {
+			vs = append(vs, v)
+		}
+		c.mu.Unlock()
+	}
+	return vs
+}

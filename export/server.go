@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/p9wire"
 )
 
@@ -36,7 +36,15 @@ var writeTimeout = time.Minute
 type req struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	// seen are the QIDs it noted in its connection's journal (conn.note),
+	// noted again as the reply goes: a Reset or a Dropped record read
+	// meanwhile may have cleared them, and the client caches what the
+	// reply says after it has read them.
+	seen []interestKey
+	typs []uint8
 }
+
+type reqKey struct{}
 
 // loop reads c's requests until the stream ends or breaks, and serves each
 // in its own goroutine.
@@ -47,9 +55,11 @@ func (c *conn) loop() {
 		msize := c.msize
 		c.wmu.Unlock()
 		h, body, err := p9wire.ReadFrame(r, msize)
+		c.s.counts.bytesIn.Add(uint64(h.Size))
 		if errors.Is(err, p9wire.ErrTooLarge) {
 			// Skipped, not ended: the stream stays in step.
 			c.s.requests.Add(1)
+			c.s.counts.byType[h.Type].Add(1)
 			if _, err := io.CopyN(io.Discard, r, int64(h.Size)-p9wire.HdrLen); err != nil {
 				return
 			}
@@ -60,6 +70,7 @@ func (c *conn) loop() {
 			return // EOF, or a size below a header: no way to go on
 		}
 		c.s.requests.Add(1)
+		c.s.counts.byType[h.Type].Add(1)
 		d := &p9wire.Dec{B: body}
 		switch h.Type {
 		case p9wire.Tversion:
@@ -91,6 +102,7 @@ func (c *conn) loop() {
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
 		q := &req{cancel: cancel, done: make(chan struct{})}
+		ctx = context.WithValue(ctx, reqKey{}, q)
 		c.mu.Lock()
 		_, dup := c.tags[h.Tag]
 		if !dup {
@@ -131,10 +143,17 @@ func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
 	if c.broken {
 		return
 	}
+	if j := c.journal.Load(); j != nil && q != nil {
+		for i, k := range q.seen {
+			j.note(k, q.typs[i])
+		}
+	}
 	if d, ok := c.rw.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		d.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
-	if _, err := c.rw.Write(e.Frame()); err != nil {
+	b := e.Frame()
+	c.s.counts.bytesOut.Add(uint64(len(b)))
+	if _, err := c.rw.Write(b); err != nil {
 		// The client will not hear us: end the connection, and the
 		// requests in flight with it.
 		c.broken = true
@@ -278,6 +297,11 @@ func init() {
 					return syscall.EBADF
 				}
 				defer f.done(ops.excl)
+				if f.jt != nil {
+					return f.jop(ctx, typ, d, m)
+				}
+				// The client may cache what it learns of the fid's file.
+				c.note(ctx, f.r, f.qid())
 				return op(f, f.opCtx(ctx), d, m)
 			}
 		}
@@ -371,6 +395,14 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 		return syscall.EMFILE
 	}
 	f := &file{c: c, seq: c.seq.Add(1), who: c.s.caller(uid)}
+	if strings.Trim(aname, "/") == journal.Aname {
+		f.jt = newJnode(jRoot, nil)
+		if e := c.bind(fid, f, nil); e != 0 {
+			return e
+		}
+		m.Qid(f.jt.qid())
+		return 0
+	}
 	top, e := f.mount(ctx, "")
 	if e != 0 {
 		return e
@@ -395,6 +427,7 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 		f.release()
 		return e
 	}
+	c.note(ctx, f.r, f.qid())
 	m.Qid(f.qid())
 	return 0
 }
@@ -482,6 +515,7 @@ func (c *conn) xattrwalk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) sysc
 	if !f.use(false) {
 		return syscall.EBADF
 	}
+	c.note(ctx, f.r, f.qid())
 	nf, e := f.xattrwalk(f.opCtx(ctx), name)
 	f.done(false)
 	if e != 0 {
@@ -493,12 +527,4 @@ func (c *conn) xattrwalk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) sysc
 	}
 	m.U64(uint64(len(nf.xval)))
 	return 0
-}
-
-// callerCtx is ctx carrying who, acting through r's view.
-func callerCtx(ctx context.Context, who layer.Caller, r *root) context.Context {
-	if r != nil {
-		who.View = r.view
-	}
-	return layer.WithCaller(ctx, who)
 }

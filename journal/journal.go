@@ -68,6 +68,11 @@ const (
 	// Value: op[1] name, op one of EntryAdded, EntryRemoved,
 	// EntryChanged (one of them, not known which).
 	Entry FieldType = 3
+	// Whole: anything about Qid may have changed (a directory entry the
+	// controller cannot name in the client's terms): the reader drops
+	// all it holds of Qid, as readers that predate it do for any type
+	// they do not know. No value.
+	Whole FieldType = 4
 )
 
 // Entry ops.

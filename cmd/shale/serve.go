@@ -25,6 +25,11 @@ type serveFlags struct {
 	noRootSquash bool
 	maxConns     int
 	maxFids      int
+	upstream     string
+	// The cache controller's bounds (export.Options).
+	journalRecords  int
+	journalAge      time.Duration
+	journalInterest int
 }
 
 // DefaultListen is where shale serve listens unless told otherwise:
@@ -65,7 +70,18 @@ may listen anywhere.
 
 Each client acts as the uid it attaches as, and the lower file system checks
 its permissions, as for a local program of that user; uid 0 acts as nobody
-(65534) unless --no-root-squash.`,
+(65534) unless --no-root-squash.
+
+Beside the exports, attach name "#journal" serves the cache controller: a
+journal per caching client (named by its UUID) that tells it of changes to
+what it may cache, made through other clients, through views of the stack,
+or in LOWER beside shale; and a file "stats". With --upstream ADDR it serves
+another 9P2000.L server (diod) through shale's client, and adds the journals:
+
+  shale serve --upstream tcp:127.0.0.1:564//srv/export
+
+Changes made on the upstream server other than through this one are not seen
+(see docs/network.md, "Journal callbacks: the cache controller").`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.timeoutSet = cmd.Flags().Changed("timeout")
@@ -78,6 +94,10 @@ its permissions, as for a local program of that user; uid 0 acts as nobody
 	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
 	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once")
 	fl.IntVar(&f.maxFids, "max-fids", 16384, "most fids (open or walked files) one client holds")
+	fl.StringVar(&f.upstream, "upstream", "", "serve the tree of this 9P2000.L server instead of LOWER: tcp:HOST:PORT[/ANAME], unix:PATH[?aname=ANAME] or a 9p:// URL")
+	fl.IntVar(&f.journalRecords, "journal-records", 65536, "most records queued in one client's journal; past it the client is told to drop everything")
+	fl.DurationVar(&f.journalAge, "journal-age", time.Hour, "how long a journal outlives its client's connection; a client back later drops everything")
+	fl.IntVar(&f.journalInterest, "journal-interest", 1000000, "most files one client's journal follows; past it the client is told to drop everything")
 	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
@@ -94,6 +114,9 @@ its permissions, as for a local program of that user; uid 0 acts as nobody
 // planServe reads the command line into a plan with exports.
 func planServe(f *serveFlags, args []string) (*plan, error) {
 	if f.stack != "" {
+		if f.upstream != "" {
+			return nil, errors.New("--upstream and --stack: say one; a stack file's lower may be a 9p:// URL")
+		}
 		if len(args) != 0 {
 			return nil, errors.New("--stack FILE takes no LOWER: the file names it")
 		}
@@ -105,6 +128,16 @@ func planServe(f *serveFlags, args []string) (*plan, error) {
 			return nil, fmt.Errorf("stack file %s names no [[export]]: add one (layer = N, name = \"ANAME\") or mount it with shale mount --stack", f.stack)
 		}
 		return p, nil
+	}
+	if f.upstream != "" {
+		if len(args) != 0 {
+			return nil, errors.New("--upstream takes no LOWER: the upstream server's tree is what is served")
+		}
+		u, err := upstreamURL(f.upstream)
+		if err != nil {
+			return nil, err
+		}
+		args = []string{u}
 	}
 	if len(args) != 1 {
 		return nil, errors.New("serve needs LOWER (or --stack FILE): see shale serve --help")
@@ -127,6 +160,20 @@ func planServe(f *serveFlags, args []string) (*plan, error) {
 	return &plan{spec: sp}, sp.Check()
 }
 
+// upstreamURL is the 9p:// lower of an --upstream address.
+func upstreamURL(a string) (string, error) {
+	if strings.HasPrefix(a, "9p://") {
+		return a, nil
+	}
+	switch netw, rest, _ := strings.Cut(a, ":"); {
+	case netw == "tcp" && rest != "":
+		return "9p://" + rest, nil
+	case netw == "unix" && strings.HasPrefix(rest, "/"):
+		return "9p://" + rest, nil
+	}
+	return "", fmt.Errorf("--upstream %s: write tcp:HOST:PORT[/ANAME], unix:/PATH[?aname=ANAME] or a 9p:// URL", a)
+}
+
 func runServe(f *serveFlags, args []string) error {
 	addr, err := p9net.ParseListen(f.listen)
 	if err != nil {
@@ -145,6 +192,9 @@ func runServe(f *serveFlags, args []string) error {
 	}
 	if f.maxFids < 16 {
 		return fmt.Errorf("--max-fids %d: say at least 16 (a client walks several fids at once)", f.maxFids)
+	}
+	if f.journalRecords < 1 || f.journalInterest < 1 || f.journalAge <= 0 {
+		return fmt.Errorf("--journal-records %d, --journal-interest %d, --journal-age %v: say positive bounds", f.journalRecords, f.journalInterest, f.journalAge)
 	}
 	p, err := planServe(f, args)
 	if err != nil {
@@ -175,6 +225,10 @@ func runServe(f *serveFlags, args []string) error {
 		MaxConns:     f.maxConns,
 		MaxFids:      f.maxFids,
 		Logger:       logger,
+
+		JournalRecords:  f.journalRecords,
+		JournalAge:      f.journalAge,
+		JournalInterest: f.journalInterest,
 	})
 	// Views first: once clients can connect, everything is served.
 	mounts, err := p.mountViews(st, nodes, opts, logger)

@@ -1,0 +1,259 @@
+package export
+
+import (
+	"context"
+	"encoding/binary"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// The journal tree, attach name journal.Aname: a directory of one file
+// per journal, named by its client's UUID, and the read-only file stats.
+// Journals are not listed (a UUID is all it takes to read one); the
+// directory lists only stats.
+
+// jkind is what a fid of the journal tree is.
+type jkind uint8
+
+const (
+	jRoot jkind = iota + 1
+	jFile
+	jStats
+)
+
+// statsName is the statistics file in the journal tree.
+const statsName = "stats"
+
+// jnode is a fid's place in the journal tree.
+type jnode struct {
+	kind  jkind
+	j     *jrnl         // jFile
+	stop  chan struct{} // closed when the fid goes, ending its reads
+	stats []byte        // jStats, opened: what it read then
+}
+
+// newJnode is a fid's place in the journal tree, with its stop channel
+// made once: its release closes it without the fid's lock.
+func newJnode(kind jkind, j *jrnl) *jnode {
+	return &jnode{kind: kind, j: j, stop: make(chan struct{})}
+}
+
+func (n jnode) qid() p9wire.Qid {
+	switch n.kind {
+	case jRoot:
+		return p9wire.Qid{Type: p9wire.QTDir, Path: jpath("")}
+	case jStats:
+		return p9wire.Qid{Path: jpath(statsName)}
+	}
+	return p9wire.Qid{Path: jpath(n.j.name)}
+}
+
+// jpath is a QID path of the journal tree: far from inode numbers and
+// from synthQID's.
+func jpath(name string) uint64 { return xxhash.Sum64String("\x01"+name) | 1<<63 }
+
+// validUUID tells whether name is a UUID in canonical form: 36 characters,
+// lower-case hex in groups of 8-4-4-4-12.
+func validUUID(name string) bool {
+	if len(name) != 36 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// jwalk walks names in the journal tree.
+func (f *file) jwalk(names []string) (*file, []p9wire.Qid, syscall.Errno) {
+	at := jnode{kind: f.jt.kind, j: f.jt.j}
+	var qids []p9wire.Qid
+	for i, name := range names {
+		switch {
+		case name == ".":
+		case name == "..":
+			at = jnode{kind: jRoot}
+		case at.kind != jRoot:
+			if i == 0 {
+				return nil, nil, syscall.ENOTDIR
+			}
+			return nil, qids, 0
+		case name == statsName:
+			at = jnode{kind: jStats}
+		default:
+			j := (*jrnl)(nil)
+			if validUUID(name) {
+				j = f.c.s.ctl.find(name)
+			}
+			if j == nil {
+				if i == 0 {
+					return nil, nil, syscall.ENOENT
+				}
+				return nil, qids, 0
+			}
+			at = jnode{kind: jFile, j: j}
+		}
+		qids = append(qids, at.qid())
+	}
+	return &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, jt: newJnode(at.kind, at.j)}, qids, 0
+}
+
+// jop serves a request on a fid of the journal tree.
+func (f *file) jop(ctx context.Context, typ uint8, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	n := f.jt
+	switch typ {
+	case p9wire.Tgetattr:
+		d.U64()
+		if d.Err != nil {
+			return syscall.EINVAL
+		}
+		r := p9wire.Rattr{Valid: p9wire.GetattrBasic, Qid: n.qid(),
+			Attr: layer.Attr{Mode: syscall.S_IFREG | 0o600, Nlink: 1, Uid: f.who.Uid, Gid: f.who.Gid}}
+		switch n.kind {
+		case jRoot:
+			r.Attr = synthAttr
+		case jStats:
+			r.Attr.Mode = syscall.S_IFREG | 0o444
+		}
+		m.Getattr(&r)
+		return 0
+	case p9wire.Tlopen:
+		d.U32()
+		if d.Err != nil {
+			return syscall.EINVAL
+		}
+		if f.opened {
+			return syscall.EBADF
+		}
+		switch n.kind {
+		case jFile:
+			if e := f.c.s.ctl.attach(f.c, n.j); e != 0 {
+				return e
+			}
+		case jStats:
+			n.stats = f.c.s.stats()
+		}
+		f.opened = true
+		m.Qid(n.qid())
+		m.U32(0)
+		return 0
+	case p9wire.Tlcreate:
+		return f.jcreate(d, m)
+	case p9wire.Tread:
+		off, count := d.U64(), d.U32()
+		if d.Err != nil {
+			return syscall.EINVAL
+		}
+		count = min(count, f.c.ioMax())
+		switch {
+		case !f.opened:
+			return syscall.EBADF
+		case n.kind == jStats:
+			b := n.stats[min(off, uint64(len(n.stats))):]
+			m.Bytes(b[:min(len(b), int(count))])
+			return 0
+		case n.kind == jFile:
+			return n.j.read(ctx, n.stop, off, int(count), m)
+		}
+		return syscall.EISDIR
+	case p9wire.Twrite:
+		d.U64()
+		data := d.Bytes()
+		if d.Err != nil {
+			return syscall.EINVAL
+		}
+		if !f.opened || n.kind != jFile {
+			return syscall.EBADF
+		}
+		return f.jdropped(data, m)
+	case p9wire.Treaddir:
+		off, count := d.U64(), d.U32()
+		if d.Err != nil {
+			return syscall.EINVAL
+		}
+		if !f.opened || n.kind != jRoot {
+			return syscall.EBADF
+		}
+		at := len(m.B)
+		m.U32(0)
+		if off == 0 && direntSize(statsName) <= int(count) {
+			dirent(m, jnode{kind: jStats}.qid(), 1, syscall.S_IFREG, statsName)
+		}
+		binary.LittleEndian.PutUint32(m.B[at:], uint32(len(m.B)-at-4))
+		return 0
+	case p9wire.Tstatfs:
+		return f.statfs(ctx, d, m)
+	case p9wire.Tfsync:
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// jcreate makes the journal of a UUID and opens it: a client the
+// controller did not know (or no more).
+func (f *file) jcreate(d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
+	name := d.Str()
+	d.U32()
+	d.U32()
+	d.U32()
+	if d.Err != nil {
+		return syscall.EINVAL
+	}
+	if f.jt.kind != jRoot || f.opened {
+		return syscall.EBADF
+	}
+	if !validUUID(name) {
+		return syscall.EINVAL
+	}
+	ctl := f.c.s.ctl
+	if cur := f.c.journal.Load(); cur != nil && cur.name != name {
+		return syscall.EBUSY // one journal per connection
+	}
+	j, e := ctl.create(name)
+	if e != 0 {
+		return e
+	}
+	if e := ctl.attach(f.c, j); e != 0 {
+		return e
+	}
+	f.jt.kind, f.jt.j = jFile, j
+	f.opened = true
+	m.Qid(f.jt.qid())
+	m.U32(0)
+	return 0
+}
+
+// jdropped applies a write of Dropped records: the client no longer
+// caches their QIDs. A write that is not all well-framed Dropped records
+// changes nothing and is EINVAL.
+func (f *file) jdropped(data []byte, m *p9wire.Enc) syscall.Errno {
+	var paths []uint64
+	for b := data; len(b) > 0; {
+		r, rest, err := journal.Next(b)
+		if err != nil || r.Kind != journal.Dropped {
+			return syscall.EINVAL
+		}
+		paths = append(paths, r.Qid.Path)
+		b = rest
+	}
+	for _, p := range paths {
+		f.jt.j.drop(f.c.s.roots, p)
+	}
+	m.U32(uint32(len(data)))
+	return 0
+}

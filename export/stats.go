@@ -1,0 +1,81 @@
+package export
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/shalefs/shale/p9wire"
+)
+
+// counters are what the stats file of the journal tree reports.
+type counters struct {
+	byType            [256]atomic.Uint64 // requests read, by 9P type
+	bytesIn, bytesOut atomic.Uint64      // whole frames
+}
+
+// typeNames name the 9P2000.L requests in the stats file.
+var typeNames = []struct {
+	typ  uint8
+	name string
+}{
+	{p9wire.Tversion, "Tversion"}, {p9wire.Tauth, "Tauth"}, {p9wire.Tattach, "Tattach"},
+	{p9wire.Tflush, "Tflush"}, {p9wire.Twalk, "Twalk"}, {p9wire.Tread, "Tread"},
+	{p9wire.Twrite, "Twrite"}, {p9wire.Tclunk, "Tclunk"}, {p9wire.Tremove, "Tremove"},
+	{p9wire.Tstatfs, "Tstatfs"}, {p9wire.Tlopen, "Tlopen"}, {p9wire.Tlcreate, "Tlcreate"},
+	{p9wire.Tsymlink, "Tsymlink"}, {p9wire.Tmknod, "Tmknod"}, {p9wire.Trename, "Trename"},
+	{p9wire.Treadlink, "Treadlink"}, {p9wire.Tgetattr, "Tgetattr"}, {p9wire.Tsetattr, "Tsetattr"},
+	{p9wire.Txattrwalk, "Txattrwalk"}, {p9wire.Txattrcreate, "Txattrcreate"}, {p9wire.Treaddir, "Treaddir"},
+	{p9wire.Tfsync, "Tfsync"}, {p9wire.Tlock, "Tlock"}, {p9wire.Tgetlock, "Tgetlock"},
+	{p9wire.Tlink, "Tlink"}, {p9wire.Tmkdir, "Tmkdir"}, {p9wire.Trenameat, "Trenameat"},
+	{p9wire.Tunlinkat, "Tunlinkat"},
+}
+
+// stats is the text of the stats file: "name value" a line, names
+// without spaces, values decimal integers. docs/network.md lists them.
+func (s *Server) stats() []byte {
+	var b strings.Builder
+	line := func(name string, v any) { fmt.Fprintf(&b, "%s %v\n", name, v) }
+	var n [256]uint64
+	all := uint64(0)
+	for t := range n {
+		n[t] = s.counts.byType[t].Load()
+		all += n[t]
+	}
+	named := uint64(0)
+	for _, t := range typeNames {
+		named += n[t.typ]
+		line("requests."+t.name, n[t.typ])
+	}
+	line("requests.other", all-named)
+	line("requests", all)
+	line("bytes.in", s.counts.bytesIn.Load())
+	line("bytes.out", s.counts.bytesOut.Load())
+	s.mu.Lock()
+	line("connections", len(s.conns))
+	s.mu.Unlock()
+
+	ctl := s.ctl
+	ctl.mu.Lock()
+	ctl.sweepLocked(time.Now())
+	journals, connected, interest := len(ctl.journals), 0, 0
+	for _, j := range ctl.journals {
+		j.mu.Lock()
+		if j.conns > 0 {
+			connected++
+		}
+		interest += len(j.interest)
+		j.mu.Unlock()
+	}
+	ctl.mu.Unlock()
+	line("journals", journals)
+	line("journals.connected", connected)
+	line("interest", interest)
+	line("records.queued", ctl.queued.Load())
+	line("records.made", ctl.made.Load())
+	line("records.sent", ctl.sent.Load())
+	line("resets", ctl.resets.Load())
+	line("epoch", ctl.epoch)
+	return []byte(b.String())
+}
