@@ -147,11 +147,15 @@ func TestProperty(t *testing.T) {
 // checkFresh reads name through a new layer over dir.
 func checkFresh(t *testing.T, dir, name string, want []byte) {
 	t.Helper()
-	root := open(t, dir)
-	var a layer.Attr
-	n, e := root.Lookup(ctx, name, &a)
+	d, done, e := walk(ctx, open(t, dir), name)
 	if e != 0 {
-		t.Fatalf("lookup: %v", e)
+		t.Fatalf("walk to %s: %v", name, e)
+	}
+	defer done()
+	var a layer.Attr
+	n, e := d.Lookup(ctx, filepath.Base(name), &a)
+	if e != 0 {
+		t.Fatalf("lookup %s: %v", name, e)
 	}
 	defer n.Forget()
 	if a.Size != uint64(len(want)) {
