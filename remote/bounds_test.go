@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -217,11 +218,13 @@ func TestCreateReplaced(t *testing.T) {
 	other := filepath.Join(x.dir, "other")
 	os.WriteFile(other, []byte("other"), 0o644)
 	var once sync.Once
+	var armed atomic.Bool // not the journal's Tlcreate, made on connecting
 	root := mountWith(t, x.proxy(func(typ uint8) {
-		if typ == p9wire.Tlcreate+1 {
+		if typ == p9wire.Tlcreate+1 && armed.Load() {
 			once.Do(func() { os.Rename(other, filepath.Join(x.dir, "f")) })
 		}
 	}), Options{})
+	armed.Store(true)
 	var a layer.Attr
 	n, h, e := root.Create(bg, "f", unix.O_RDWR, 0o644, &a)
 	must(t, e, "create")

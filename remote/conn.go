@@ -33,6 +33,7 @@ type conn struct {
 	aname   string
 	log     *slog.Logger
 	onDead  func(*conn)
+	ctr     *counters
 
 	wmu sync.Mutex // one message on the wire at a time
 
@@ -61,8 +62,8 @@ type root struct {
 }
 
 // newConn negotiates the version on nc and starts reading replies.
-func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, maxIdle int, log *slog.Logger, onDead func(*conn)) (*conn, error) {
-	c := &conn{nc: nc, msize: msize, timeout: timeout, aname: aname, maxIdle: maxIdle, log: log, onDead: onDead,
+func newConn(nc net.Conn, msize uint32, timeout time.Duration, aname string, maxIdle int, log *slog.Logger, ctr *counters, onDead func(*conn)) (*conn, error) {
+	c := &conn{nc: nc, msize: msize, timeout: timeout, aname: aname, maxIdle: maxIdle, log: log, ctr: ctr, onDead: onDead,
 		pending: map[uint16]chan reply{}, roots: map[uint32]*root{}, nextFid: 1, dead: make(chan struct{})}
 	// Tversion before the reader starts: it is the one request alone on
 	// the wire, and a server that never answers must not hang us.
@@ -121,9 +122,11 @@ func versionErr(err error, timeout time.Duration) error {
 func (c *conn) write(typ uint8, tag uint16, body []byte) error {
 	e := p9wire.Msg(typ, tag)
 	e.B = append(e.B, body...)
+	f := e.Frame()
+	c.ctr.sent.Add(uint64(len(f)))
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.nc.Write(e.Frame())
+	_, err := c.nc.Write(f)
 	return err
 }
 
@@ -135,6 +138,7 @@ func (c *conn) read() {
 			c.fail(err)
 			return
 		}
+		c.ctr.recv.Add(uint64(p9wire.HdrLen + len(body)))
 		c.mu.Lock()
 		ch := c.pending[h.Tag]
 		delete(c.pending, h.Tag)
@@ -186,6 +190,13 @@ func (c *conn) close() { c.fail(errClosed) }
 // does its connection, which is closed so that every other request in
 // flight fails at once instead of waiting for its own timeout.
 func (c *conn) rpc(typ uint8, body []byte) (*p9wire.Dec, error) {
+	c.ctr.reqs[typ].Add(1)
+	return c.call(typ, body, c.timeout)
+}
+
+// call is rpc without counting, with a timeout of its own: 0 waits for
+// the reply as long as the connection lives (the journal's blocking read).
+func (c *conn) call(typ uint8, body []byte, timeout time.Duration) (*p9wire.Dec, error) {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -199,8 +210,10 @@ func (c *conn) rpc(typ uint8, body []byte) (*p9wire.Dec, error) {
 	}
 	c.pending[tag] = ch
 	c.mu.Unlock()
-	timer := time.AfterFunc(c.timeout, func() { c.fail(errTimeout) })
-	defer timer.Stop()
+	if timeout > 0 {
+		timer := time.AfterFunc(timeout, func() { c.fail(errTimeout) })
+		defer timer.Stop()
+	}
 	if err := c.write(typ, tag, body); err != nil {
 		c.fail(err)
 		return nil, errLost
@@ -285,7 +298,8 @@ func (c *conn) root(uid uint32) (uint32, error) {
 		r = &root{done: make(chan struct{})}
 		c.roots[uid] = r
 		c.mu.Unlock()
-		r.fid, r.err = c.attach(uid)
+		r.fid = c.newFid()
+		r.err = c.attachAs(r.fid, uid, c.aname)
 		if r.err != nil {
 			c.mu.Lock()
 			delete(c.roots, uid) // try again on the next request
@@ -299,11 +313,10 @@ func (c *conn) root(uid uint32) (uint32, error) {
 	return r.fid, r.err
 }
 
-// attach sends Tattach as uid: n_uname carries it, and uname its name
-// when the local user database knows it, for servers that look users up
-// by name.
-func (c *conn) attach(uid uint32) (uint32, error) {
-	fid := c.newFid()
+// attachAs attaches fid to the tree aname as uid: n_uname carries it,
+// and uname its name when the local user database knows it, for servers
+// that look users up by name. On failure fid is free again.
+func (c *conn) attachAs(fid, uid uint32, aname string) error {
 	uname := ""
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		uname = u.Username
@@ -312,19 +325,19 @@ func (c *conn) attach(uid uint32) (uint32, error) {
 	e.U32(fid)
 	e.U32(p9wire.NoFid)
 	e.Str(uname)
-	e.Str(c.aname)
+	e.Str(aname)
 	e.U32(uid)
 	d, err := c.rpc(p9wire.Tattach, e.B)
 	if err != nil {
 		c.putFid(fid)
-		return 0, err
+		return err
 	}
 	d.Qid()
 	if d.Err != nil {
 		c.fail(p9wire.ErrProto)
-		return 0, errLost
+		return errLost
 	}
-	return fid, nil
+	return nil
 }
 
 // twalk walks fid to newfid by names (at most p9wire.MaxWelem).

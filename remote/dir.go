@@ -16,6 +16,12 @@ type dir struct {
 	off uint64           // where the next Treaddir starts
 	buf []layer.DirEntry // entries read and not yet returned
 	eof bool
+
+	// A listing read whole from the start, without a Seek, is cached if
+	// nothing changed the directory since snapshot since.
+	since uint64
+	keep  bool
+	all   []layer.DirEntry
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -51,6 +57,14 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			d.buf = append(d.buf, layer.DirEntry{Name: name, Ino: q.Path, Type: uint32(typ) << 12, Off: off})
 		}
 		d.eof = len(d.buf) == 0
+		if d.keep {
+			d.all = append(d.all, d.buf...)
+			if d.eof {
+				d.keep = false
+				d.h.fs.cc.putListing(d.since, d.h.n.tok.Ino, d.h.uid, d.all)
+				d.all = nil
+			}
+		}
 	}
 	if len(d.buf) == 0 {
 		return layer.DirEntry{}, false, 0
@@ -63,8 +77,49 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.off, d.buf, d.eof = off, nil, false
+	d.keep, d.all = false, nil
 	return 0
 }
+
+// cachedDir lists a directory from the cache: the server's entries and
+// offsets as a dir read them, so that Seek means the same.
+type cachedDir struct {
+	ents []layer.DirEntry
+	i    int
+	h    *handle // not opened on the server until an Fsync
+}
+
+func (d *cachedDir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if d.i >= len(d.ents) {
+		return layer.DirEntry{}, false, 0
+	}
+	d.i++
+	return d.ents[d.i-1], true, 0
+}
+
+// Seek finds the entry whose offset is off; one the listing does not
+// have (it came from another stream) ends the listing.
+func (d *cachedDir) Seek(ctx context.Context, off uint64) layer.Errno {
+	d.i = 0
+	if off == 0 {
+		return 0
+	}
+	for i, e := range d.ents {
+		if e.Off == off {
+			d.i = i + 1
+			return 0
+		}
+	}
+	d.i = len(d.ents)
+	return 0
+}
+
+// Fsync opens the directory on the server, to sync it there.
+func (d *cachedDir) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	return d.h.Fsync(ctx, datasync)
+}
+
+func (d *cachedDir) Close() { d.h.Release(context.Background()) }
 
 func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)

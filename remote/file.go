@@ -72,16 +72,47 @@ func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
 	return c, fid, iounit, 0
 }
 
+// Read serves what the cache has; on a miss it reads the blocks that
+// cover the request from the server, and caches them.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	fs := h.fs
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	path := h.n.tok.Ino
+	if k, ok := fs.cc.read(path, dest, off); ok {
+		fs.hit(kindData)
+		fs.ctr.bytesFromCache.Add(uint64(k))
+		return k, 0
+	}
+	fs.miss(kindData)
+	since := fs.cc.snap()
 	c, fid, iounit, e := h.use(ctx)
 	if e != 0 {
 		return 0, e
 	}
-	k, err := c.readAt(fid, iounit, dest, off)
+	if !fs.cc.on.Load() {
+		k, err := c.readAt(fid, iounit, dest, off)
+		if err != nil && k == 0 {
+			return 0, errno(err)
+		}
+		return k, 0
+	}
+	start := off / blockSize * blockSize
+	end := (off + int64(len(dest)) + blockSize - 1) / blockSize * blockSize
+	buf := make([]byte, end-start)
+	k, err := c.readAt(fid, iounit, buf, start)
 	if err != nil && k == 0 {
 		return 0, errno(err)
 	}
-	return k, 0
+	fs.ctr.bytesFromServer.Add(uint64(k))
+	if err == nil {
+		fs.cc.putData(since, path, h.n.tok.Gen, start, buf[:k], k < len(buf))
+	}
+	if int64(k) <= off-start {
+		return 0, 0
+	}
+	return copy(dest, buf[off-start:k]), 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
@@ -90,6 +121,15 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 		return 0, e
 	}
 	k, err := c.writeAt(fid, iounit, data, off)
+	if k > 0 || err != nil {
+		// What the write changed, wherever it got: an append's offset is
+		// the server's, so all of the file then.
+		if h.flags&unix.O_APPEND != 0 || err != nil {
+			h.fs.cc.dropData(h.n.tok.Ino, 0, 0)
+		} else {
+			h.fs.cc.dropData(h.n.tok.Ino, uint64(off), uint64(k))
+		}
+	}
 	if k > 0 {
 		h.fs.raiseRange(ctx, layer.Data, h.n.tok, "", off, int64(k))
 	}

@@ -148,6 +148,7 @@ func (n *node) Forget() {
 	}
 	n.fs.tree.Unlock()
 	n.dropFids()
+	n.fs.forgot(n.tok)
 }
 
 // subtree appends n and the nodes beneath it; fs.tree is held.
@@ -249,10 +250,14 @@ func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, f
 
 // child walks to name in the directory dfid and makes its node, with a
 // fid for uid. With want, the file must be that one: if the name is
-// another file's, child fails with ESTALE.
-func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr) (*node, layer.Errno) {
+// another file's, child fails with ESTALE. What it learns is cached if
+// nothing changed it since snapshot since.
+func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
 	fid, q, err := c.walk(dfid, []string{name})
 	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && want == nil {
+			n.fs.cc.putLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
+		}
 		return nil, errno(err)
 	}
 	if want != nil && q.Path != want.Path {
@@ -265,15 +270,25 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 		return nil, errno(err)
 	}
 	*out = ra.Attr
-	ch := &node{fs: n.fs, tok: token(&ra)}
+	tok := token(&ra)
+	n.fs.cc.putLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
+	ch := n.fs.newNode(tok)
 	f := newNodeFid(c, ch, uid, fid)
-	ch.fids = map[uint32]*nodeFid{uid: f}
+	ch.fids[uid] = f
 	n.adopt(name, ch)
 	f.unpin() // idle now
 	return ch, 0
 }
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	cc := n.fs.cc
+	if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
+		n.fs.hit(kindStat)
+		*out = a
+		return 0
+	}
+	n.fs.miss(kindStat)
+	since := cc.snap()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
 	if e != 0 {
@@ -282,6 +297,9 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 	ra, err := c.getattr(fid)
 	if err != nil {
 		return errno(err)
+	}
+	if tok := token(&ra); tok == n.tok {
+		cc.putAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
 	return 0
@@ -371,24 +389,50 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		kind := layer.Attrs
 		if in.Valid&layer.SetSize != 0 {
 			kind = layer.Data
+			n.fs.cc.dropData(n.tok.Ino, 0, 0)
+		} else {
+			n.fs.cc.dropAttrs(n.tok.Ino)
 		}
 		n.fs.raise(ctx, kind, n.tok, "")
 	}
+	since := n.fs.cc.snap()
 	ra, err := c.getattr(fid)
 	if err != nil {
 		return errno(err)
+	}
+	if tok := token(&ra); tok == n.tok {
+		n.fs.cc.putAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
 	return 0
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if e := validName(name); e != 0 {
+		return nil, e
+	}
+	id := identOf(ctx)
+	cc := n.fs.cc
+	if path, gen, a, found, ok := cc.lookup(n.tok.Ino, name, id.uid); ok {
+		n.fs.hit(kindStat)
+		if !found {
+			return nil, syscall.ENOENT
+		}
+		// No fid yet: one is walked by path when a request must go to
+		// the server.
+		ch := n.fs.newNode(layer.Token{Ino: path, Gen: gen})
+		n.adopt(name, ch)
+		*out = a
+		return ch, 0
+	}
+	n.fs.miss(kindStat)
+	since := cc.snap()
 	c, dfid, id, done, e := n.useDir(ctx, name)
 	defer done()
 	if e != 0 {
 		return nil, e
 	}
-	ch, e := n.child(c, dfid, id.uid, name, nil, out)
+	ch, e := n.child(c, dfid, id.uid, name, nil, out, since)
 	if e != 0 {
 		return nil, e
 	}
@@ -420,8 +464,9 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 	if err := mk(c, dfid, id); err != nil {
 		return nil, errno(err)
 	}
+	n.fs.cc.dropEntry(n.tok.Ino, name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
-	ch, e := n.child(c, dfid, id.uid, name, nil, out)
+	ch, e := n.child(c, dfid, id.uid, name, nil, out, n.fs.cc.snap())
 	if e != 0 {
 		return nil, e
 	}
@@ -485,6 +530,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return err
 	})
 	if e == 0 {
+		n.fs.cc.dropAttrs(t.tok.Ino)
 		n.fs.raise(ctx, layer.Attrs, t.tok, "") // its link count
 	}
 	return ch, e
@@ -515,10 +561,12 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	q := d.Qid()
 	iounit := d.U32()
+	n.fs.cc.dropEntry(n.tok.Ino, name)
+	n.fs.cc.dropData(q.Path, 0, 0) // O_TRUNC, or an old file's QID reused
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	// The node must be the file the handle has open: not what the name
 	// is by the time it is walked, if another client replaced it.
-	ch, e := n.child(c, dfid, id.uid, name, &q, out)
+	ch, e := n.child(c, dfid, id.uid, name, &q, out, n.fs.cc.snap())
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.
@@ -528,7 +576,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 			return nil, nil, errno(err)
 		}
 		*out = ra.Attr
-		ch = &node{fs: n.fs, tok: token(&ra), fids: map[uint32]*nodeFid{}}
+		ch = n.fs.newNode(token(&ra))
 	}
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	return ch, h, 0
@@ -551,12 +599,34 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	if flags == 0 {
 		n.raiseGone(ctx, c, dfid, id.uid, name) // a file's other links change
 	}
+	known := n.known(name)
 	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
 		return errno(err)
+	}
+	n.fs.cc.dropEntry(n.tok.Ino, name)
+	for _, p := range known {
+		n.fs.cc.dropAttrs(p) // links and ctime
 	}
 	n.detach(name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	return 0
+}
+
+// known is the QID paths that name in the directory n may be cached as:
+// those of its nodes and of the cached lookup. A change of our own to
+// the name drops what the cache has of them (the controller does not
+// tell us of our own changes).
+func (n *node) known(name string) []uint64 {
+	var ps []uint64
+	if p, ok := n.fs.cc.childOf(n.tok.Ino, name); ok {
+		ps = append(ps, p)
+	}
+	n.fs.tree.Lock()
+	for _, ch := range n.children[name] {
+		ps = append(ps, ch.tok.Ino)
+	}
+	n.fs.tree.Unlock()
+	return ps
 }
 
 // raiseGone tells subscribers about the file that name in dfid is, whose
@@ -614,8 +684,14 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		}
 	}
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
+	known := append(n.known(name), d.known(newName)...)
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
 		return errno(err)
+	}
+	n.fs.cc.dropEntry(n.tok.Ino, name)
+	n.fs.cc.dropEntry(d.tok.Ino, newName)
+	for _, p := range known {
+		n.fs.cc.dropAttrs(p) // the moved file's ctime, the replaced one's links
 	}
 	if n != d || name != newName {
 		n.fs.tree.Lock()
@@ -659,6 +735,12 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	if t, ok := n.fs.cc.readlink(n.tok.Ino); ok {
+		n.fs.hit(kindLink)
+		return t, 0
+	}
+	n.fs.miss(kindLink)
+	since := n.fs.cc.snap()
 	c, fid, _, done, e := n.use(ctx)
 	defer done()
 	if e != 0 {
@@ -674,6 +756,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	if d.Err != nil {
 		return nil, syscall.EIO
 	}
+	n.fs.cc.putLink(since, n.tok.Ino, []byte(target))
 	return []byte(target), 0
 }
 
@@ -703,6 +786,13 @@ func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
 	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
 	id := identOf(ctx)
+	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
+	cc := n.fs.cc
+	if flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, id.uid) {
+		// Opened on the server when a read misses, if one does.
+		return h, 0
+	}
+	since := cc.snap()
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
 		return nil, e
@@ -711,11 +801,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if e != 0 {
 		return nil, e
 	}
-	return &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC, c: c, fid: fid, iounit: iounit}, 0
+	if flags&unix.O_TRUNC != 0 {
+		cc.dropData(n.tok.Ino, 0, 0)
+	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
+		cc.grant(since, n.tok.Ino, id.uid, false)
+	}
+	h.c, h.fid, h.iounit = c, fid, iounit
+	return h, 0
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	id := identOf(ctx)
+	cc := n.fs.cc
+	if ents, ok := cc.listing(n.tok.Ino, id.uid); ok {
+		n.fs.hit(kindDir)
+		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+	}
+	n.fs.miss(kindDir)
+	since := cc.snap()
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
 		return nil, e
@@ -725,7 +828,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}}, 0
+	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true}, 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {

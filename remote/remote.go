@@ -56,6 +56,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
@@ -72,12 +74,26 @@ type Options struct {
 	Msize   uint32 // largest message; 0 means 1 MiB (the server may lower it)
 	Logger  *slog.Logger
 
-	idleFids int // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
+	// CacheSize bounds the file data cached while a journal controller
+	// answers (cache.go): in memory, or with CacheDir the size of the
+	// object store there. 0 means 256 MiB; negative, no cache at all.
+	CacheSize int64
+	// CacheDir keeps the cache on disk, so that it survives a restart
+	// of the client (disk.go). One client owns a directory at a time.
+	CacheDir string
+
+	idleFids     int           // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
+	cacheEntries int           // QIDs whose metadata is cached; 0 means defaultCacheEntries
+	flushWait    time.Duration // how often evicted QIDs are reported; 0 means 2 s
+	newJournal   bool          // a journal of its own even with CacheDir (shale watch)
 }
 
 const (
 	defaultTimeout = 30 * time.Second
 	defaultMsize   = 1 << 20
+	// DefaultCacheSize is the file data a client caches by default.
+	DefaultCacheSize    = 256 << 20
+	defaultCacheEntries = 1 << 16
 	backoffMin     = 100 * time.Millisecond
 	backoffMax     = 5 * time.Second
 )
@@ -109,6 +125,14 @@ type FS struct {
 	// posix holds the POSIX lock owners of each file, through any handle:
 	// a close of any descriptor of the file releases them (fcntl(2)).
 	posix map[posixLock]bool
+
+	ctr        counters
+	cc         *cache
+	jr         *jreader      // nil: no cache, no journal
+	disk       *diskCache    // with Options.CacheDir
+	controller atomic.Bool   // a journal controller answered the first connection
+	liveMu     sync.Mutex    // guards live
+	live       map[uint64]liveTok
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat
@@ -142,8 +166,12 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	}
 	host, _ := os.Hostname()
 	fs.clientID = fmt.Sprintf("shale:%s:%d:%d", host, os.Getpid(), time.Now().UnixNano())
+	if err := fs.setupCache(where+"/"+aname, opts); err != nil {
+		return nil, err
+	}
 	c, err := fs.connect(ctx)
 	if err != nil {
+		fs.closeCache()
 		return nil, fmt.Errorf("9p server at %s %w", where, err)
 	}
 	fs.cur = c
@@ -160,8 +188,99 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 		fs.Close()
 		return nil, fmt.Errorf("9p server at %s attached %q but cannot stat its root (%v): check the exported directory on the server", where, aname, errno(err))
 	}
-	root := &node{fs: fs, tok: token(&ra), isRoot: true, fids: map[uint32]*nodeFid{}}
+	root := fs.newNode(token(&ra))
+	root.isRoot = true
 	return root, nil
+}
+
+// setupCache makes the cache, on disk with opts.CacheDir (taking the
+// directory), and the journal reader that keeps it current.
+func (fs *FS) setupCache(server string, opts Options) error {
+	fs.live = map[uint64]liveTok{}
+	size := opts.CacheSize
+	if size == 0 {
+		size = DefaultCacheSize
+	}
+	entries := opts.cacheEntries
+	if entries <= 0 {
+		entries = defaultCacheEntries
+	}
+	var blocks blockStore = newMemBlocks(max(size, 0))
+	if opts.CacheDir != "" && size > 0 {
+		d, err := openDisk(opts.CacheDir, size, server, fs.log)
+		if err != nil {
+			return err
+		}
+		fs.disk, blocks = d, d
+	}
+	fs.cc = newCache(entries, blocks)
+	fs.cc.live = fs.isLive
+	if size < 0 {
+		return nil
+	}
+	fs.jr = &jreader{fs: fs, uuid: newUUID(), flushWait: opts.flushWait}
+	if fs.jr.flushWait <= 0 {
+		fs.jr.flushWait = 2 * time.Second
+	}
+	if fs.disk != nil && !opts.newJournal {
+		fs.disk.restore(fs.jr, fs.cc)
+	}
+	return nil
+}
+
+// liveTok counts the nodes given out for one QID path.
+type liveTok struct {
+	gen uint64
+	n   int
+}
+
+// newNode makes the node of tok, counted as given out until Forget.
+func (fs *FS) newNode(tok layer.Token) *node {
+	fs.liveMu.Lock()
+	l := fs.live[tok.Ino]
+	l.gen = tok.Gen
+	l.n++
+	fs.live[tok.Ino] = l
+	fs.liveMu.Unlock()
+	return &node{fs: fs, tok: tok, fids: map[uint32]*nodeFid{}}
+}
+
+// forgot counts a node of tok no more.
+func (fs *FS) forgot(tok layer.Token) {
+	fs.liveMu.Lock()
+	l, ok := fs.live[tok.Ino]
+	if !ok {
+		fs.liveMu.Unlock()
+		return
+	}
+	if l.n--; l.n <= 0 {
+		delete(fs.live, tok.Ino)
+	} else {
+		fs.live[tok.Ino] = l
+	}
+	fs.liveMu.Unlock()
+	if l.n <= 0 {
+		fs.cc.gone(tok.Ino)
+	}
+}
+
+func (fs *FS) isLive(path uint64) bool {
+	fs.liveMu.Lock()
+	defer fs.liveMu.Unlock()
+	_, ok := fs.live[path]
+	return ok
+}
+
+// genOf is the generation of path's token, as a node given out or the
+// cache has it; 0 if neither knows it (then no view holds it).
+func (fs *FS) genOf(path uint64) uint64 {
+	fs.liveMu.Lock()
+	l, ok := fs.live[path]
+	fs.liveMu.Unlock()
+	if ok {
+		return l.gen
+	}
+	return fs.cc.genOf(path)
 }
 
 // connect dials and negotiates a connection.
@@ -178,10 +297,18 @@ func (fs *FS) connect(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("cannot be reached (%v): is it running, and is the address right?", err)
 	}
-	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.idleFids, fs.log, fs.lost)
+	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.idleFids, fs.log, &fs.ctr, fs.lost)
 	if err != nil {
 		nc.Close()
 		return nil, err
+	}
+	if fs.jr != nil {
+		// Before anything else on the connection: what it returns must
+		// count as cached.
+		if err := fs.jr.open(c); err != nil {
+			c.close()
+			return nil, fmt.Errorf("lost the connection while opening the journal (%v): is it running?", err)
+		}
 	}
 	return c, nil
 }
@@ -190,6 +317,9 @@ func (fs *FS) connect(ctx context.Context) (*conn, error) {
 func (fs *FS) lost(c *conn) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.jr != nil {
+		fs.jr.lost(c)
+	}
 	if fs.cur != c {
 		return
 	}
@@ -264,16 +394,28 @@ func (fs *FS) conn(ctx context.Context) (*conn, layer.Errno) {
 	}
 }
 
-// Close ends the client: its connection, and every request after.
+// Close ends the client: its connection, and every request after; a
+// disk cache is saved, to be used by the next client of its directory.
 func (fs *FS) Close() error {
 	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return nil
+	}
 	fs.closed = true
 	c := fs.cur
 	fs.mu.Unlock()
 	if c != nil {
 		c.close()
 	}
-	return nil
+	return fs.closeCache()
+}
+
+func (fs *FS) closeCache() error {
+	if fs.disk == nil {
+		return nil
+	}
+	return fs.disk.save(fs.jr, fs.cc)
 }
 
 // ident is who a request runs as.
@@ -350,7 +492,8 @@ func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.To
 }
 
 // OptionsFromQuery reads a 9p:// URL's client options: keyfile=PATH,
-// timeout=DURATION, msize=BYTES.
+// timeout=DURATION, msize=BYTES, cachesize=BYTES (0 or off: no cache),
+// cachedir=DIR.
 func OptionsFromQuery(q url.Values) (Options, error) {
 	var o Options
 	for k, v := range q {
@@ -374,8 +517,23 @@ func OptionsFromQuery(q url.Values) (Options, error) {
 				return o, fmt.Errorf("msize=%s: want a number of bytes, at least 8192", val)
 			}
 			o.Msize = uint32(n)
+		case "cachesize":
+			if val == "off" || val == "0" {
+				o.CacheSize = -1
+				continue
+			}
+			n, err := humanize.ParseBytes(val)
+			if err != nil || n < blockSize || n > 1<<50 {
+				return o, fmt.Errorf("cachesize=%s: want a size such as 256MiB (at least 128KiB), or off", val)
+			}
+			o.CacheSize = int64(n)
+		case "cachedir":
+			if val == "" {
+				return o, errors.New("cachedir=: want a directory")
+			}
+			o.CacheDir = val
 		default:
-			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout and msize", k)
+			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout, msize, cachesize and cachedir", k)
 		}
 	}
 	return o, nil

@@ -109,7 +109,9 @@ func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags 
 			return errno(err)
 		}
 	}
-	if err := c.clunk(xfid); err != nil {
+	err = c.clunk(xfid)
+	n.fs.cc.dropAttrs(n.tok.Ino) // ctime, and ACLs' mode bits, even if it failed half way
+	if err != nil {
 		return errno(err)
 	}
 	n.fs.raise(ctx, layer.Attrs, n.tok, "")

@@ -1,0 +1,569 @@
+package remote
+
+import (
+	"container/list"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// The cache holds what the server answered, by QID path (a node token's
+// Ino), for as long as the journal says it is current: attributes, names
+// looked up in directories (negative ones too), complete listings,
+// symlink targets and file data in blocks. It is on only while a journal
+// controller answers (see journal.go); off, every method misses and
+// every put is dropped, which is the client without a cache.
+//
+// Races with the journal: an answer read from the server before a change
+// can arrive after the change's record was applied. So every fetch takes
+// a snapshot of the invalidation clock before it asks the server, and a
+// put is refused when anything about the QIDs it fills was invalidated
+// since (a record, a change of our own, a Dropped report, or everything).
+//
+// Permissions: a cached answer would skip the server's permission checks,
+// so a lookup hit needs the caller's uid to have walked the directory on
+// the server (search permission), a listing hit to have opened it, a lazy
+// open for reading to have opened the file for reading; the uids go with
+// the attributes, which every change of mode, owner or ACL drops.
+type cache struct {
+	on atomic.Bool
+
+	mu      sync.Mutex
+	ents    map[uint64]*centry
+	lru     list.List // *centry, least recently used first
+	maxEnts int
+	blocks  blockStore
+	// dropped are QIDs evicted, to report to the controller.
+	dropped []uint64
+	live    func(path uint64) bool // whether a node of the QID is given out
+
+	clock  uint64 // counts invalidations
+	floor  uint64 // clock at the last drop of everything
+	recent [ringSize]inval
+}
+
+// blockSize is the unit of cached file data.
+const blockSize = 128 << 10
+
+// ringSize bounds the invalidations a fetch in flight is checked against;
+// one that began longer ago than that many is refused.
+const ringSize = 4096
+
+type inval struct{ clock, path uint64 }
+
+// centry is what is cached about one QID.
+type centry struct {
+	path uint64
+	gen  uint64 // the token's generation, for events and block keys
+	elem *list.Element
+
+	attr    layer.Attr
+	hasAttr bool
+	// uids that walked through (search), listed, or opened for reading
+	// on the server: what a hit may grant without asking it.
+	search, lister, reader []uint32
+
+	names   map[string]uint64 // name → child QID path; 0: no such name
+	list    []layer.DirEntry
+	hasList bool
+	link    []byte
+	hasLink bool
+	blks    map[int64]int // block index → its length (< blockSize: the end of the file)
+}
+
+// blockStore keeps file data: in memory, or in the object store.
+type blockStore interface {
+	get(path, gen uint64, idx int64) ([]byte, bool)
+	put(path, gen uint64, idx int64, b []byte) bool
+	drop(path, gen uint64, idx int64)
+	bytes() int64
+}
+
+func newCache(maxEnts int, blocks blockStore) *cache {
+	return &cache{ents: map[uint64]*centry{}, maxEnts: maxEnts, blocks: blocks, live: func(uint64) bool { return false }}
+}
+
+// snap is the clock to give a later put.
+func (c *cache) snap() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clock
+}
+
+// changedLocked tells whether anything about path was invalidated after
+// snapshot since.
+func (c *cache) changedLocked(path, since uint64) bool {
+	if since < c.floor || c.clock-since >= ringSize {
+		return since != c.clock
+	}
+	for k := since + 1; k <= c.clock; k++ {
+		if c.recent[k%ringSize].path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// tickLocked records an invalidation of path.
+func (c *cache) tickLocked(path uint64) {
+	c.clock++
+	c.recent[c.clock%ringSize] = inval{c.clock, path}
+}
+
+// entLocked returns path's entry, made if need be, as most recently used.
+func (c *cache) entLocked(path, gen uint64) *centry {
+	e := c.ents[path]
+	if e != nil && gen != 0 && e.gen != 0 && e.gen != gen {
+		// Another file with the inode number: nothing of the old holds.
+		c.removeLocked(e)
+		e = nil
+	}
+	if e == nil {
+		e = &centry{path: path, gen: gen}
+		c.ents[path] = e
+		e.elem = c.lru.PushBack(e)
+		for c.lru.Len() > c.maxEnts {
+			o := c.lru.Front().Value.(*centry)
+			c.removeLocked(o)
+			if !c.live(o.path) {
+				c.dropped = append(c.dropped, o.path)
+			}
+		}
+		return e
+	}
+	if e.gen == 0 {
+		e.gen = gen
+	}
+	c.lru.MoveToBack(e.elem)
+	return e
+}
+
+// getLocked returns path's entry if there is one, marking it used.
+func (c *cache) getLocked(path uint64) *centry {
+	e := c.ents[path]
+	if e != nil {
+		c.lru.MoveToBack(e.elem)
+	}
+	return e
+}
+
+func (c *cache) removeLocked(e *centry) {
+	c.dropDataLocked(e, 0, 0)
+	c.lru.Remove(e.elem)
+	delete(c.ents, e.path)
+}
+
+// dropDataLocked forgets e's blocks that overlap [off, off+n) (n 0: to
+// the end), and the one that ended the file, which a write past it
+// changes wherever it was.
+func (c *cache) dropDataLocked(e *centry, off, n uint64) {
+	for idx, l := range e.blks {
+		start := uint64(idx) * blockSize
+		end := start + blockSize
+		if l < blockSize || end > off && (n == 0 || start < off+n) {
+			c.blocks.drop(e.path, e.gen, idx)
+			delete(e.blks, idx)
+		}
+	}
+}
+
+func (e *centry) dropAttrLocked() {
+	e.hasAttr = false
+	e.search, e.lister, e.reader = nil, nil, nil
+}
+
+// Drops, for records and for changes of our own. Each ticks the clock,
+// even with nothing cached: a fetch in flight must not put what it read.
+func (c *cache) dropAttrs(path uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tickLocked(path)
+	if e := c.ents[path]; e != nil {
+		e.dropAttrLocked()
+	}
+}
+
+// dropData forgets the attributes and the data in [off, off+n).
+func (c *cache) dropData(path, off, n uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tickLocked(path)
+	if e := c.ents[path]; e != nil {
+		e.dropAttrLocked()
+		c.dropDataLocked(e, off, n)
+	}
+}
+
+// dropEntry forgets name in directory path, its listing and attributes.
+func (c *cache) dropEntry(path uint64, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tickLocked(path)
+	if e := c.ents[path]; e != nil {
+		e.dropAttrLocked()
+		delete(e.names, name)
+		e.list, e.hasList = nil, false
+	}
+}
+
+// drop forgets everything about path.
+func (c *cache) drop(path uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tickLocked(path)
+	if e := c.ents[path]; e != nil {
+		c.removeLocked(e)
+	}
+}
+
+// dropAll forgets everything; fetches in flight put nothing.
+func (c *cache) dropAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.ents {
+		c.dropDataLocked(e, 0, 0)
+	}
+	c.ents = map[uint64]*centry{}
+	c.lru.Init()
+	c.dropped = nil
+	c.clock++
+	c.floor = c.clock
+}
+
+// childOf is the QID path cached for name in directory dir, if any.
+func (c *cache) childOf(dir uint64, name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.ents[dir]; e != nil {
+		p, ok := e.names[name]
+		return p, ok && p != 0
+	}
+	return 0, false
+}
+
+// genOf is the generation known for path, 0 if none.
+func (c *cache) genOf(path uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.ents[path]; e != nil {
+		return e.gen
+	}
+	return 0
+}
+
+// takeDropped returns the QIDs evicted since the last call that no node
+// holds, and ticks the clock for each: until the controller has read the
+// report, nothing read about them may be kept.
+func (c *cache) takeDropped() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint64
+	for _, p := range c.dropped {
+		if c.ents[p] == nil && !c.live(p) {
+			out = append(out, p)
+			c.tickLocked(p)
+		}
+	}
+	c.dropped = nil
+	return out
+}
+
+// size is the QIDs cached and the bytes of file data held.
+func (c *cache) size() (int, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ents), c.blocks.bytes()
+}
+
+// Lookups and attributes.
+
+// attr returns path's cached attributes and generation.
+func (c *cache) attr(path uint64) (layer.Attr, uint64, bool) {
+	if !c.on.Load() {
+		return layer.Attr{}, 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.getLocked(path); e != nil && e.hasAttr {
+		return e.attr, e.gen, true
+	}
+	return layer.Attr{}, 0, false
+}
+
+// lookup answers name in directory dir for uid: the child's QID path,
+// generation and attributes, or found=false for a name known absent.
+// ok=false is a miss.
+func (c *cache) lookup(dir uint64, name string, uid uint32) (child, gen uint64, a layer.Attr, found, ok bool) {
+	if !c.on.Load() {
+		return 0, 0, a, false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.getLocked(dir)
+	if d == nil || !slices.Contains(d.search, uid) {
+		return 0, 0, a, false, false
+	}
+	p, known := d.names[name]
+	if !known {
+		return 0, 0, a, false, false
+	}
+	if p == 0 {
+		return 0, 0, a, false, true
+	}
+	ch := c.getLocked(p)
+	if ch == nil || !ch.hasAttr {
+		return 0, 0, a, false, false
+	}
+	return p, ch.gen, ch.attr, true, true
+}
+
+// putAttr keeps path's attributes, read after snapshot since.
+func (c *cache) putAttr(since, path, gen uint64, a *layer.Attr) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, gen)
+	e.attr, e.hasAttr = *a, true
+}
+
+// putLookup keeps that uid walked name in dir to child, whose attributes
+// are a (child 0: the name does not exist).
+func (c *cache) putLookup(since, dir uint64, name string, uid uint32, child, gen uint64, a *layer.Attr) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(dir, since) || child != 0 && c.changedLocked(child, since) {
+		return
+	}
+	if child != 0 {
+		e := c.entLocked(child, gen)
+		e.attr, e.hasAttr = *a, true
+	}
+	d := c.entLocked(dir, 0)
+	if d.names == nil {
+		d.names = map[string]uint64{}
+	}
+	d.names[name] = child
+	d.search = addUid(d.search, uid)
+}
+
+func addUid(s []uint32, uid uint32) []uint32 {
+	if slices.Contains(s, uid) || len(s) >= 16 {
+		return s
+	}
+	return append(s, uid)
+}
+
+// grant keeps that uid may list (directories) or read (files) path.
+func (c *cache) grant(since, path uint64, uid uint32, list bool) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, 0)
+	if list {
+		e.lister = addUid(e.lister, uid)
+	} else {
+		e.reader = addUid(e.reader, uid)
+	}
+}
+
+// mayRead tells whether uid opened path for reading on the server since
+// its attributes last changed.
+func (c *cache) mayRead(path uint64, uid uint32) bool {
+	if !c.on.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.ents[path]
+	return e != nil && e.hasAttr && slices.Contains(e.reader, uid)
+}
+
+// Listings and symlinks.
+
+// listing returns directory path's complete listing for uid.
+func (c *cache) listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
+	if !c.on.Load() {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.getLocked(path)
+	if e == nil || !e.hasList || !slices.Contains(e.lister, uid) {
+		return nil, false
+	}
+	return e.list, true
+}
+
+// putListing keeps path's complete listing, read by uid.
+func (c *cache) putListing(since, path uint64, uid uint32, ents []layer.DirEntry) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, 0)
+	e.list, e.hasList = ents, true
+	e.lister = addUid(e.lister, uid)
+}
+
+func (c *cache) readlink(path uint64) ([]byte, bool) {
+	if !c.on.Load() {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.getLocked(path); e != nil && e.hasLink {
+		return slices.Clone(e.link), true
+	}
+	return nil, false
+}
+
+func (c *cache) putLink(since, path uint64, target []byte) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, 0)
+	e.link, e.hasLink = slices.Clone(target), true
+}
+
+// Data.
+
+// read fills dest from the cached blocks of path at off. ok=false is a
+// miss: some block it needs is not cached.
+func (c *cache) read(path uint64, dest []byte, off int64) (int, bool) {
+	if !c.on.Load() {
+		return 0, false
+	}
+	c.mu.Lock()
+	e := c.getLocked(path)
+	if e == nil {
+		c.mu.Unlock()
+		return 0, false
+	}
+	gen := e.gen
+	type part struct {
+		idx int64
+		l   int
+	}
+	var parts []part
+	for at := off; at < off+int64(len(dest)); {
+		idx := at / blockSize
+		l, ok := e.blks[idx]
+		if !ok {
+			c.mu.Unlock()
+			return 0, false
+		}
+		parts = append(parts, part{idx, l})
+		if l < blockSize {
+			break
+		}
+		at = (idx + 1) * blockSize
+	}
+	c.mu.Unlock()
+	total := 0
+	for _, p := range parts {
+		b, ok := c.blocks.get(path, gen, p.idx)
+		if !ok || len(b) != p.l {
+			c.forgetBlock(path, gen, p.idx)
+			return 0, false
+		}
+		start := max(off+int64(total)-p.idx*blockSize, 0)
+		if start >= int64(len(b)) {
+			break
+		}
+		total += copy(dest[total:], b[start:])
+	}
+	return total, true
+}
+
+// forgetBlock notes that the store no longer has a block.
+func (c *cache) forgetBlock(path, gen uint64, idx int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.ents[path]; e != nil && e.gen == gen {
+		delete(e.blks, idx)
+	}
+}
+
+// putData keeps data read from path at off, a multiple of blockSize;
+// eof tells that it ends at the end of the file.
+func (c *cache) putData(since, path, gen uint64, off int64, data []byte, eof bool) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, gen)
+	for i := 0; i < len(data) || eof && i == len(data); i += blockSize {
+		b := data[i:min(i+blockSize, len(data))]
+		if len(b) < blockSize && !eof {
+			break
+		}
+		idx := (off + int64(i)) / blockSize
+		if c.blocks.put(path, e.gen, idx, b) {
+			if e.blks == nil {
+				e.blks = map[int64]int{}
+			}
+			e.blks[idx] = len(b)
+		}
+		if len(b) < blockSize {
+			break
+		}
+	}
+}
+
+// afterDropped ticks the clock for paths, reported as dropped, and
+// returns those that a fetch made cached or live meanwhile, dropping
+// what the cache has of them: the controller may no longer tell of them.
+func (c *cache) afterDropped(paths []uint64) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var back []uint64
+	for _, p := range paths {
+		c.tickLocked(p)
+		e := c.ents[p]
+		if e != nil {
+			c.removeLocked(e)
+		}
+		if e != nil || c.live(p) {
+			back = append(back, p)
+		}
+	}
+	return back
+}
+
+// gone notes that no node of path is given out any more: if nothing is
+// cached of it either, the controller may forget it.
+func (c *cache) gone(path uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ents[path] == nil && c.on.Load() {
+		c.dropped = append(c.dropped, path)
+	}
+}

@@ -1,0 +1,334 @@
+package remote
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// jreader reads the client's journal (package journal has the protocol):
+// on every new connection, before anything else is asked on it, it opens
+// the journal, and keeps one read of it outstanding, applying the records
+// to the cache and raising them as the stack's events, so that views
+// above drop what the kernel holds too.
+type jreader struct {
+	fs *FS
+
+	mu        sync.Mutex // serializes applying: an old connection's last reply and a new one's
+	uuid      string
+	epoch     uint64 // 0: none seen yet
+	seq       uint64 // the last applied
+	warned    bool   // the fallback was logged
+	cur       *conn  // the connection whose journal is read
+	onRecord  func(r *journal.Record, events []layer.Event)
+	flushWait time.Duration
+}
+
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func (j *jreader) id() string {
+	if j == nil {
+		return ""
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.uuid
+}
+
+// open opens the journal on c, a new connection, and starts reading it.
+// Without a controller the client goes on without a cache. An error is a
+// connection lost meanwhile.
+func (j *jreader) open(c *conn) error {
+	fs := j.fs
+	root := c.newFid()
+	uid := uint32(os.Geteuid())
+	if err := c.attachAs(root, uid, journal.Aname); err != nil {
+		if errors.Is(err, errLost) {
+			return err
+		}
+		j.fallback(fmt.Sprintf("attach %s: %v", journal.Aname, errno(err)))
+		return nil
+	}
+	defer c.clunk(root)
+	j.mu.Lock()
+	uuid := j.uuid
+	j.mu.Unlock()
+	created := false
+	fid, _, err := c.walk(root, []string{uuid})
+	if err == nil {
+		_, err = c.lopen(fid, p9wire.WireFlags(unix.O_RDWR))
+		if err != nil {
+			c.clunk(fid)
+		}
+	} else if errors.Is(err, syscall.ENOENT) {
+		// Tlcreate makes the fid it is given the new open file.
+		fid, _, err = c.walk(root, nil)
+		if err == nil {
+			var b p9wire.Enc
+			b.U32(fid)
+			b.Str(uuid)
+			b.U32(p9wire.WireFlags(unix.O_RDWR))
+			b.U32(0o600)
+			b.U32(uint32(os.Getegid()))
+			if _, err = c.rpc(p9wire.Tlcreate, b.B); err != nil {
+				c.clunk(fid)
+			}
+			created = true
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errLost) {
+			return err
+		}
+		j.fallback(fmt.Sprintf("open journal %s: %v", uuid, errno(err)))
+		return nil
+	}
+	if created {
+		// The controller knows nothing of what we hold.
+		j.mu.Lock()
+		j.epoch, j.seq = 0, 0
+		j.mu.Unlock()
+		j.dropAll()
+	}
+	fs.controller.Store(true)
+	j.mu.Lock()
+	j.cur = c
+	j.mu.Unlock()
+	// The cache serves again once the records missed while we were away
+	// are applied: the read answers at once if there are any, and blocks
+	// if there are none, which cannot be told from a slow answer; so the
+	// first answer or catchUp, whichever comes first.
+	time.AfterFunc(catchUp, func() { j.ready(c) })
+	go j.read(c, fid)
+	go j.flushDropped(c, fid)
+	return nil
+}
+
+// catchUp is how long after opening its journal a client waits at most
+// for the records it missed before it serves from its cache again.
+const catchUp = time.Second
+
+// ready turns the cache on, c's journal being read and caught up.
+func (j *jreader) ready(c *conn) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.cur == c && c.alive() {
+		j.fs.cc.on.Store(true)
+	}
+}
+
+// lost turns the cache off when the connection whose journal it reads is
+// lost: until the journal is read again, changes go untold.
+func (j *jreader) lost(c *conn) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.cur == c {
+		j.cur = nil
+		j.fs.cc.on.Store(false)
+	}
+}
+
+// fallback turns caching off: the server has no controller (diod, an
+// older shale serve), so nothing tells us of others' changes, and each
+// request asks the server, as a client without a cache does.
+func (j *jreader) fallback(why string) {
+	fs := j.fs
+	fs.cc.on.Store(false)
+	if fs.controller.Swap(false) {
+		j.dropAll()
+		fs.log.Warn("9p server's journal controller is gone: caching off; a FUSE mount keeps what its kernel holds until remounted", "server", fs.where, "why", why)
+		return
+	}
+	j.mu.Lock()
+	warned := j.warned
+	j.warned = true
+	j.mu.Unlock()
+	if !warned {
+		fs.log.Info("9p server has no journal controller: nothing cached, close-to-open consistency", "server", fs.where, "why", why)
+	}
+}
+
+// dropAll drops everything cached and tells the views.
+func (j *jreader) dropAll() {
+	j.fs.cc.dropAll()
+	j.fs.ctr.resets.Add(1)
+	j.fs.notice(layer.Event{Kind: layer.Everything})
+}
+
+// read keeps one read of the journal outstanding on c until c is lost.
+func (j *jreader) read(c *conn, fid uint32) {
+	fs := j.fs
+	for {
+		j.mu.Lock()
+		off := j.seq
+		j.mu.Unlock()
+		var b p9wire.Enc
+		b.U32(fid)
+		b.U64(off)
+		b.U32(uint32(c.ioSize(0)))
+		fs.ctr.journalRequests.Add(1)
+		d, err := c.call(p9wire.Tread, b.B, 0)
+		if err != nil {
+			if !errors.Is(err, errLost) {
+				// The controller refuses us: no more callbacks, so no cache.
+				j.fallback(fmt.Sprintf("read journal: %v", errno(err)))
+			}
+			return
+		}
+		n := int(d.U32())
+		data := d.Take(n)
+		if d.Err != nil {
+			c.fail(p9wire.ErrProto)
+			return
+		}
+		if n == 0 {
+			// A read returns records or blocks; an empty one is a
+			// controller we do not understand: ask again, not in a spin.
+			time.Sleep(time.Second)
+			continue
+		}
+		for len(data) > 0 {
+			r, rest, err := journal.Next(data)
+			if err != nil {
+				// Records we cannot read may be any: trust nothing, and
+				// start over on a journal of our own.
+				fs.log.Warn("malformed journal record: dropping the cache and reconnecting", "server", fs.where)
+				j.mu.Lock()
+				j.uuid = newUUID()
+				j.mu.Unlock()
+				j.dropAll()
+				c.fail(p9wire.ErrProto)
+				return
+			}
+			data = rest
+			j.apply(&r)
+		}
+		j.ready(c)
+	}
+}
+
+// apply applies one record: the cache drops what it names, then the
+// views are told, so what they ask again is answered afresh.
+func (j *jreader) apply(r *journal.Record) {
+	fs := j.fs
+	cc := fs.cc
+	j.mu.Lock()
+	if r.Epoch == j.epoch && r.Seq <= j.seq {
+		j.mu.Unlock()
+		return // applied already, read again on a new connection
+	}
+	var evs []layer.Event
+	if j.epoch != 0 && r.Epoch != j.epoch {
+		cc.dropAll()
+		fs.ctr.resets.Add(1)
+		evs = append(evs, layer.Event{Kind: layer.Everything})
+	}
+	j.epoch, j.seq = r.Epoch, r.Seq
+	path := r.Qid.Path
+	tok := layer.Token{Ino: path, Gen: fs.genOf(path)}
+	switch {
+	case r.Kind == journal.Reset || r.Kind != journal.Change:
+		cc.dropAll()
+		fs.ctr.resets.Add(1)
+		evs = append(evs, layer.Event{Kind: layer.Everything})
+	case !r.Known():
+		cc.drop(path)
+		if r.Qid.Type&p9wire.QTDir != 0 {
+			evs = append(evs, layer.Event{Kind: layer.Everything})
+		} else {
+			evs = append(evs, layer.Event{Kind: layer.Data, Token: tok})
+		}
+	default:
+		for _, f := range r.Fields {
+			switch f.Type {
+			default: // journal.Whole, or another that says as much
+				cc.drop(path)
+				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok})
+				if r.Qid.Type&p9wire.QTDir != 0 {
+					evs = append(evs, layer.Event{Kind: layer.Everything})
+				}
+			case journal.Attrs:
+				cc.dropAttrs(path)
+				evs = append(evs, layer.Event{Kind: layer.Attrs, Token: tok})
+			case journal.Data:
+				cc.dropData(path, f.Off, f.Len)
+				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok, Off: int64(f.Off), Len: int64(f.Len)})
+			case journal.Entry:
+				cc.dropEntry(path, f.Name)
+				evs = append(evs, layer.Event{Kind: layer.Entries, Token: tok, Name: f.Name})
+			}
+		}
+	}
+	fs.ctr.records.Add(1)
+	hook := j.onRecord
+	j.mu.Unlock()
+	for _, ev := range evs {
+		if ev.Kind == layer.Everything || ev.Token.Gen != 0 {
+			fs.notice(ev)
+		}
+	}
+	if hook != nil {
+		hook(r, evs)
+	}
+}
+
+// flushDropped reports, now and then, the QIDs the cache let go and no
+// node holds, so the controller stops telling us of them.
+func (j *jreader) flushDropped(c *conn, fid uint32) {
+	fs := j.fs
+	t := time.NewTicker(j.flushWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.dead:
+			return
+		case <-t.C:
+		}
+		paths := fs.cc.takeDropped()
+		if len(paths) == 0 {
+			continue
+		}
+		j.mu.Lock()
+		epoch := j.epoch
+		j.mu.Unlock()
+		var buf []byte
+		for _, p := range paths {
+			buf = journal.Append(buf, &journal.Record{Kind: journal.Dropped, Epoch: epoch, Qid: p9wire.Qid{Path: p}})
+		}
+		if _, err := c.writeAt(fid, 0, buf, 0); err != nil {
+			return
+		}
+		fs.ctr.dropped.Add(uint64(len(paths)))
+		// A fetch that overlapped the report may have had the QID
+		// registered before the report unregistered it: whatever it put
+		// or handed out goes.
+		for _, p := range fs.cc.afterDropped(paths) {
+			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: p, Gen: fs.genOf(p)}})
+		}
+	}
+}
+
+// notice raises ev as a change made beside the stack (View 0), for the
+// views to drop what their kernels hold.
+func (fs *FS) notice(ev layer.Event) {
+	if fs.st.Events().Active() {
+		fs.st.Events().Raise(ev)
+	}
+}

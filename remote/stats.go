@@ -1,0 +1,109 @@
+package remote
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// Cache kinds, for hits and misses.
+const (
+	kindStat = iota // Getattr and Lookup
+	kindDir         // listings
+	kindData        // file data
+	kindLink        // readlink
+	nKinds
+)
+
+var kindNames = [nKinds]string{"stat", "directory", "data", "readlink"}
+
+// counters are the client's statistics: atomics, bumped on every request.
+type counters struct {
+	reqs             [256]atomic.Uint64 // by T-message type
+	sent, recv       atomic.Uint64      // bytes, frames included
+	hits, misses     [nKinds]atomic.Uint64
+	records, resets  atomic.Uint64 // journal records applied; drop-everythings
+	dropped          atomic.Uint64 // QIDs reported as Dropped
+	bytesFromCache   atomic.Uint64
+	bytesFromServer  atomic.Uint64
+	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
+	journalRecvBytes atomic.Uint64
+}
+
+// Stats is a snapshot of a client's counters (shale stats MOUNTPOINT).
+type Stats struct {
+	Server   string            `json:"server"`
+	Caching  bool              `json:"caching"` // a journal controller answers
+	Journal  string            `json:"journal,omitempty"`
+	Requests map[string]uint64 `json:"requests"` // by 9P type, journal reads apart
+	Hits     map[string]uint64 `json:"hits"`
+	Misses   map[string]uint64 `json:"misses"`
+	Records  uint64            `json:"records"` // journal records applied
+	Resets   uint64            `json:"resets"`  // times everything was dropped
+	Dropped  uint64            `json:"dropped"` // QIDs told to the controller as dropped
+	// JournalReads are the Treads of the journal (not in Requests).
+	JournalReads  uint64 `json:"journal_reads"`
+	BytesSent     uint64 `json:"bytes_sent"`
+	BytesReceived uint64 `json:"bytes_received"`
+	CachedFiles   int    `json:"cached_files"`
+	CachedBytes   int64  `json:"cached_bytes"` // file data held, in memory or on disk
+}
+
+var typeNames = map[uint8]string{
+	p9wire.Tstatfs: "statfs", p9wire.Tlopen: "lopen", p9wire.Tlcreate: "lcreate",
+	p9wire.Tsymlink: "symlink", p9wire.Tmknod: "mknod", p9wire.Trename: "rename",
+	p9wire.Treadlink: "readlink", p9wire.Tgetattr: "getattr", p9wire.Tsetattr: "setattr",
+	p9wire.Txattrwalk: "xattrwalk", p9wire.Txattrcreate: "xattrcreate", p9wire.Treaddir: "readdir",
+	p9wire.Tfsync: "fsync", p9wire.Tlock: "lock", p9wire.Tgetlock: "getlock", p9wire.Tlink: "link",
+	p9wire.Tmkdir: "mkdir", p9wire.Trenameat: "renameat", p9wire.Tunlinkat: "unlinkat",
+	p9wire.Tattach: "attach", p9wire.Twalk: "walk", p9wire.Tread: "read", p9wire.Twrite: "write",
+	p9wire.Tclunk: "clunk", p9wire.Tremove: "remove", p9wire.Tversion: "version",
+}
+
+func (fs *FS) hit(kind int)  { fs.ctr.hits[kind].Add(1) }
+func (fs *FS) miss(kind int) { fs.ctr.misses[kind].Add(1) }
+
+// Stats returns the client's counters.
+func (fs *FS) Stats() Stats {
+	s := Stats{Server: fs.where, Requests: map[string]uint64{}, Hits: map[string]uint64{}, Misses: map[string]uint64{}}
+	for t := range fs.ctr.reqs {
+		if v := fs.ctr.reqs[t].Load(); v > 0 {
+			name := typeNames[uint8(t)]
+			if name == "" {
+				name = "type" + strconv.Itoa(t)
+			}
+			s.Requests[name] = v
+		}
+	}
+	for k := range nKinds {
+		s.Hits[kindNames[k]] = fs.ctr.hits[k].Load()
+		s.Misses[kindNames[k]] = fs.ctr.misses[k].Load()
+	}
+	s.Records, s.Resets, s.Dropped = fs.ctr.records.Load(), fs.ctr.resets.Load(), fs.ctr.dropped.Load()
+	s.JournalReads = fs.ctr.journalRequests.Load()
+	s.BytesSent, s.BytesReceived = fs.ctr.sent.Load(), fs.ctr.recv.Load()
+	s.Caching = fs.cc.on.Load()
+	s.Journal = fs.jr.id()
+	s.CachedFiles, s.CachedBytes = fs.cc.size()
+	return s
+}
+
+// StatsOf returns the statistics of the client whose tree root is the
+// bottom of a stack, if root is one.
+func StatsOf(root layer.Node) (Stats, bool) {
+	n, ok := root.(*node)
+	if !ok {
+		return Stats{}, false
+	}
+	return n.fs.Stats(), true
+}
+
+// Caching tells whether the client whose root is root caches, a journal
+// controller answering it: its views may then keep the kernel's caches
+// long, as changes are pushed.
+func Caching(root layer.Node) bool {
+	n, ok := root.(*node)
+	return ok && n.fs.cc.on.Load()
+}
