@@ -109,9 +109,7 @@ func (f *file) release() {
 	}
 	f.released = true
 	f.c.mu.Unlock()
-	if f.jt != nil {
-		close(f.jt.stop) // before f.mu: a journal read may hold it
-	}
+	f.stopReads()
 	f.mu.Lock()
 	h, d := f.h, f.d
 	f.h, f.d = nil, nil

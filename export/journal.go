@@ -220,11 +220,11 @@ func (j *jrnl) addLocked(rec journal.Record) {
 }
 
 // resetLocked replaces the queue by one Reset and clears the interest
-// set: the client drops everything when it reads it. Readers after the
-// records it replaced get a Reset too (read).
+// set: the client drops everything when it reads it. The Reset stands
+// for every record before it, so a read at any seq before it gets it.
 func (j *jrnl) resetLocked() {
 	j.ctl.queued.Add(1 - int64(len(j.recs)))
-	j.base = j.last
+	j.base = 0
 	j.last++
 	j.recs = append(j.recs[:0:0], journal.Record{Kind: journal.Reset, Epoch: j.ctl.epoch, Seq: j.last})
 	clear(j.interest)
@@ -257,10 +257,10 @@ func (j *jrnl) change(k interestKey, fields func() []journal.Field) {
 
 // read appends to m the records after seq n that fit in count bytes,
 // waiting until there is one, or ctx or stop ends (EINTR). The records
-// up to n are forgotten. If some after n are gone (the queue was
-// replaced by a Reset after n, or n is not a seq of this journal: a
-// client that read another one, before a restart), the reply is one
-// Reset with a new seq, and the interest set is cleared. A count too
+// up to n are forgotten. If some after n are gone (forgotten by a read
+// after n, or n is not a seq of this journal: a client that read another
+// one, before a restart), the reply is one Reset with a new seq, and the
+// interest set is cleared. A count too
 // small for the next record is EINVAL: a short reply would look like
 // the end of the file.
 func (j *jrnl) read(ctx context.Context, stop <-chan struct{}, n uint64, count int, m *p9wire.Enc) syscall.Errno {

@@ -1,8 +1,8 @@
 package export
 
 import (
-	"bytes"
 	"encoding/binary"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/hugelgupf/p9/linux"
 
+	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
 
@@ -195,12 +197,296 @@ func TestJournalChanges(t *testing.T) {
 			t.Errorf("record %d: epoch %x seq %d qid type %d; want epoch %x, seq %d", i, r.Epoch, r.Seq, r.Qid.Type, f.s.Epoch(), i+1)
 		}
 	}
-	_ = qd
-	_ = bytes.Equal
-	_ = time.Second
-	_ = linux.EINTR
 }
 
 // KeepsOffsets: the counting layer passes data through as it is, so
 // journals may name byte ranges.
 func (n *cnode) KeepsOffsets() bool { return true }
+
+// seqAfter is the seq to read after: the last record's.
+func seqAfter(rs []journal.Record) uint64 { return rs[len(rs)-1].Seq }
+
+// A client's own changes are not echoed to it; Dropped QIDs make no more
+// records. The record after them is the other client's change to d.
+func TestJournalOwnAndDropped(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), []byte("0123456789"), 0o644)
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	c := f.jdial(t, testUUID, true)
+	qf := c.walkTo(t, 1, "f")
+	qd := c.walkTo(t, 2, "d")
+	write(t, c.raw, "f", 0, "own")
+	chmod(t, c.raw, "d", 0o700)
+
+	var drop []byte
+	drop = journal.Append(drop, &journal.Record{Kind: journal.Dropped, Qid: qf})
+	c.must(t, "write Dropped", frame(tWrite, 5, uint32(jfid), uint64(0), uint32(len(drop)), drop))
+	o := f.other(t)
+	write(t, o, "f", 0, "other")
+	chmod(t, o, "d", 0o755)
+	got := c.read(t, 0)
+	if s := shows(got); len(s) != 1 || s[0] != "change "+strconv.FormatUint(qd.Path, 10)+" attrs" {
+		t.Fatalf("records: %q; want only the other's chmod of d", s)
+	}
+	// Walking to f again follows it again.
+	c.walkTo(t, 3, "f")
+	write(t, o, "f", 0, "again")
+	if s := shows(c.read(t, seqAfter(got))); len(s) != 1 || s[0] != "change "+strconv.FormatUint(qf.Path, 10)+" data 0+5" {
+		t.Fatalf("records after walking to f again: %q", s)
+	}
+	// A write of anything but well-framed Dropped records is refused.
+	bad := journal.Append(nil, &journal.Record{Kind: journal.Reset})
+	for _, b := range [][]byte{bad, drop[:len(drop)-1]} {
+		if e, err := lerror(c.rpc(t, frame(tWrite, 5, uint32(jfid), uint64(0), uint32(len(b)), b))); err != nil || e != uint32(linux.EINVAL) {
+			t.Errorf("write of %x: %d %v, want EINVAL", b, e, err)
+		}
+	}
+}
+
+// A blocked read ends with its Tflush (EINTR, before Rflush), with the
+// fid's clunk and with the connection.
+func TestJournalBlockedRead(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.jdial(t, testUUID, true)
+	c.c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.c.Write(frame(tRead, 9, uint32(jfid), uint64(0), uint32(4096))); err != nil {
+		t.Fatal(err)
+	}
+	// Other requests are served meanwhile.
+	c.must(t, "getattr while the read waits", frame(tGetattr, 6, uint32(0), uint64(0x3fff)))
+	if _, err := c.c.Write(frame(tFlush, 10, uint16(9))); err != nil {
+		t.Fatal(err)
+	}
+	typ, body, err := c.recv()
+	if e, lerr := lerror(typ, body); err != nil || lerr != nil || e != uint32(linux.EINTR) {
+		t.Fatalf("the flushed read: type %d %x %v; want EINTR", typ, body, err)
+	}
+	if typ, _, err := c.recv(); err != nil || typ != tFlush+1 {
+		t.Fatalf("after the read: type %d %v, want Rflush", typ, err)
+	}
+
+	// A clunk ends a read on its fid.
+	c.must(t, "walk", twalk(7, jfid, 101))
+	c.must(t, "open", frame(tLopen, 7, uint32(101), uint32(syscall.O_RDWR)))
+	if _, err := c.c.Write(frame(tRead, 9, uint32(101), uint64(0), uint32(4096))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.c.Write(frame(tClunk, 11, uint32(101))); err != nil {
+		t.Fatal(err)
+	}
+	tags := map[uint16]uint8{}
+	for len(tags) < 2 {
+		var hdr [7]byte
+		if _, err := io.ReadFull(c.c, hdr[:]); err != nil {
+			t.Fatalf("after clunk: %v", err)
+		}
+		io.CopyN(io.Discard, c.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
+		tags[binary.LittleEndian.Uint16(hdr[5:])] = hdr[4]
+	}
+	if tags[9] != rLerror || tags[11] != tClunk+1 {
+		t.Fatalf("replies by tag: %v; want an error for the read and Rclunk", tags)
+	}
+
+	// The connection's end ends a read.
+	if _, err := c.c.Write(frame(tRead, 9, uint32(jfid), uint64(0), uint32(4096))); err != nil {
+		t.Fatal(err)
+	}
+	c.c.Close()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection's end left a journal read waiting")
+	}
+}
+
+// A journal outlives its connection: a client back reads what it missed,
+// about what it walked to before. One gone longer than JournalAge is
+// deleted: walking to it fails, and Tlcreate makes a new one.
+func TestJournalReconnect(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true, JournalAge: time.Hour})
+	os.WriteFile(filepath.Join(f.dir, "f"), nil, 0o644)
+	c := f.jdial(t, testUUID, true)
+	qf := c.walkTo(t, 1, "f")
+	o := f.other(t)
+	write(t, o, "f", 0, "one")
+	got := c.read(t, 0)
+	c.c.Close()
+	<-c.done
+	write(t, o, "f", 3, "two")
+	if _, e := f.tryJdial(t, testUUID, true); e != uint32(linux.EEXIST) {
+		t.Fatalf("Tlcreate of a journal that exists: errno %d, want EEXIST", e)
+	}
+	c = f.jdial(t, testUUID, false)
+	want := "change " + strconv.FormatUint(qf.Path, 10) + " data 3+3"
+	if s := shows(c.read(t, seqAfter(got))); len(s) != 1 || s[0] != want {
+		t.Fatalf("after reconnecting: %q, want %q", s, want)
+	}
+
+	f.s.ctl.maxAge = time.Nanosecond
+	c.c.Close()
+	<-c.done
+	time.Sleep(time.Millisecond)
+	if _, e := f.tryJdial(t, testUUID, false); e != uint32(linux.ENOENT) {
+		t.Fatalf("walk to a journal gone too long: errno %d, want ENOENT", e)
+	}
+	c = f.jdial(t, testUUID, true)
+	c.walkTo(t, 1, "f")
+	write(t, o, "f", 0, "three")
+	if got := c.read(t, 0); len(got) != 1 || got[0].Seq != 1 {
+		t.Fatalf("the new journal's first read: %q", shows(got))
+	}
+}
+
+// Past JournalRecords the queue becomes one Reset; past JournalInterest
+// too; a read at a seq the journal does not have (one from before a
+// Reset, or from another journal) is answered a Reset with a new seq.
+// After a Reset the journal follows nothing until walked to again.
+func TestJournalBounds(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true, JournalRecords: 2, JournalInterest: 3})
+	os.WriteFile(filepath.Join(f.dir, "f"), nil, 0o644)
+	os.WriteFile(filepath.Join(f.dir, "g"), nil, 0o644)
+	os.WriteFile(filepath.Join(f.dir, "h"), nil, 0o644)
+	c := f.jdial(t, testUUID, true)
+	c.walkTo(t, 1, "f") // the root and f
+	o := f.other(t)
+	for i := range 3 {
+		write(t, o, "f", uint64(i), "x")
+	}
+	got := c.read(t, 0)
+	if s := shows(got); len(s) != 1 || s[0] != "reset" || got[0].Seq != 3 {
+		t.Fatalf("after 3 records into 2: %q (seq %d), want one reset of seq 3", s, got[0].Seq)
+	}
+	write(t, o, "f", 0, "y") // followed no more: no record
+	// Read again before the reset, it is still the reply; past the
+	// journal's newest seq, a new reset.
+	for _, w := range []struct{ off, seq uint64 }{{1, 3}, {100, 4}, {2, 4}} {
+		r := c.read(t, w.off)
+		if s := shows(r); len(s) != 1 || s[0] != "reset" || r[0].Seq != w.seq {
+			t.Fatalf("read at %d: %q (seq %d), want a reset of seq %d", w.off, s, r[0].Seq, w.seq)
+		}
+		got = r
+	}
+	c.walkTo(t, 11, "f")
+	c.walkTo(t, 12, "g")
+	c.walkTo(t, 0) // the root, by the getattr
+	c.walkTo(t, 13, "h") // the fourth QID
+	r := c.read(t, seqAfter(got))
+	if s := shows(r); len(s) != 1 || s[0] != "reset" {
+		t.Fatalf("past the interest bound: %q, want a reset", s)
+	}
+	// The QID that overflowed is followed: the reset came before it.
+	write(t, o, "h", 0, "z")
+	if s := shows(c.read(t, seqAfter(r))); len(s) != 1 || !strings.HasSuffix(s[0], " data 0+1") {
+		t.Fatalf("after the interest reset: %q", s)
+	}
+}
+
+// A restarted controller (a new server on the same stack) knows no
+// journal: walking to one fails, Tlcreate makes it; its epoch differs.
+func TestJournalRestart(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.jdial(t, testUUID, true)
+	c.c.Close()
+	<-c.done
+	epoch := f.s.Epoch()
+	f.s = New(f.st, map[string]layer.Node{"": f.root}, Options{})
+	if _, e := f.tryJdial(t, testUUID, false); e != uint32(linux.ENOENT) {
+		t.Fatalf("walk to a journal of before the restart: errno %d, want ENOENT", e)
+	}
+	f.jdial(t, testUUID, true)
+	if f.s.Epoch() == epoch {
+		t.Errorf("epoch %x both before and after the restart", epoch)
+	}
+}
+
+// Names the journal tree refuses, a second journal on one connection, a
+// count too small for a record.
+func TestJournalRefusals(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), nil, 0o644)
+	for _, name := range []string{"x", strings.ToUpper(testUUID), testUUID[:35] + "g", testUUID + "0", "stats"} {
+		_, e := f.tryJdial(t, name, true)
+		if want := uint32(linux.EINVAL); name == "stats" && e == 0 || name != "stats" && e != want {
+			t.Errorf("Tlcreate %q: errno %d", name, e)
+		}
+		if _, e := f.tryJdial(t, name, false); e != uint32(linux.ENOENT) && name != "stats" {
+			t.Errorf("walk to %q: errno %d, want ENOENT", name, e)
+		}
+	}
+	c := f.jdial(t, testUUID, true)
+	c.must(t, "attach #journal", frame(tAttach, 2, uint32(200), ^uint32(0), "", journal.Aname, uint32(0)))
+	other := "11111111-2222-3333-4444-555555555555"
+	if e, err := lerror(c.rpc(t, frame(tLcreate, 3, uint32(200), other, uint32(syscall.O_RDWR), uint32(0o600), ^uint32(0)))); err != nil || e != uint32(linux.EBUSY) {
+		t.Errorf("a second journal on one connection: %d %v, want EBUSY", e, err)
+	}
+	c.walkTo(t, 1, "f")
+	write(t, f.other(t), "f", 0, "x")
+	if e, err := lerror(c.rpc(t, frame(tRead, 9, uint32(jfid), uint64(0), uint32(20)))); err != nil || e != uint32(linux.EINVAL) {
+		t.Errorf("a read too small for the record: %d %v, want EINVAL", e, err)
+	}
+	if len(c.read(t, 0)) != 1 {
+		t.Error("the record is lost after a read too small for it")
+	}
+}
+
+// The stats file: one "name value" a line, counting requests, journals and
+// records.
+func TestJournalStats(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), nil, 0o644)
+	c := f.jdial(t, testUUID, true)
+	c.walkTo(t, 1, "f")
+	write(t, f.other(t), "f", 0, "x")
+	c.read(t, 0)
+	c.must(t, "walk stats", twalk(7, jfid, 102, "..", "stats"))
+	c.must(t, "open stats", frame(tLopen, 7, uint32(102), uint32(syscall.O_RDONLY)))
+	body := c.must(t, "read stats", frame(tRead, 7, uint32(102), uint64(0), uint32(60000)))
+	stats := map[string]uint64{}
+	for _, l := range strings.Split(strings.TrimSuffix(string(body[4:]), "\n"), "\n") {
+		name, v, ok := strings.Cut(l, " ")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if !ok || err != nil || strings.Contains(v, " ") {
+			t.Fatalf("stats line %q", l)
+		}
+		stats[name] = n
+	}
+	for name, want := range map[string]uint64{"journals": 1, "journals.connected": 1, "records.sent": 1, "records.made": 1,
+		"records.queued": 1, "resets": 0, "requests.Tlcreate": 1, "connections": 2, "interest": 1, "epoch": f.s.Epoch()} {
+		if stats[name] != want {
+			t.Errorf("stats %s = %d, want %d", name, stats[name], want)
+		}
+	}
+	if stats["requests"] < 10 || stats["bytes.in"] == 0 || stats["bytes.out"] == 0 {
+		t.Errorf("stats: %v", stats)
+	}
+}
+
+// Changes made beside shale in the lower directory reach journals
+// through the watch.
+func TestJournalLowerChange(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), nil, 0o644)
+	stop, err := hostfs.Watch(f.host, "inotify", nil)
+	if err != nil {
+		t.Skip("no watch:", err)
+	}
+	defer stop()
+	c := f.jdial(t, testUUID, true)
+	qf := c.walkTo(t, 1, "f")
+	root := c.walkTo(t, 2)
+	if err := os.WriteFile(filepath.Join(f.dir, "f"), []byte("beside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.dir, "new"), nil, 0o644)
+	var seen []string
+	for off := uint64(0); ; {
+		rs := c.read(t, off)
+		seen = append(seen, shows(rs)...)
+		off = seqAfter(rs)
+		all := strings.Join(seen, "\n")
+		if strings.Contains(all, "change "+strconv.FormatUint(qf.Path, 10)+" data") &&
+			strings.Contains(all, "change "+strconv.FormatUint(root.Path, 10)+" attrs entry 0 new") {
+			break
+		}
+	}
+}

@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"syscall"
 
 	"github.com/cespare/xxhash/v2"
@@ -34,16 +35,25 @@ type jnode struct {
 	kind  jkind
 	j     *jrnl         // jFile
 	stop  chan struct{} // closed when the fid goes, ending its reads
+	once  sync.Once     // closes stop
 	stats []byte        // jStats, opened: what it read then
 }
 
 // newJnode is a fid's place in the journal tree, with its stop channel
-// made once: its release closes it without the fid's lock.
+// made once: its clunk closes it without the fid's lock.
 func newJnode(kind jkind, j *jrnl) *jnode {
 	return &jnode{kind: kind, j: j, stop: make(chan struct{})}
 }
 
-func (n jnode) qid() p9wire.Qid {
+// stopReads ends the journal reads on f, which hold it in use: before
+// anything that waits for f to be free (its clunk, its release).
+func (f *file) stopReads() {
+	if f.jt != nil {
+		f.jt.once.Do(func() { close(f.jt.stop) })
+	}
+}
+
+func (n *jnode) qid() p9wire.Qid {
 	switch n.kind {
 	case jRoot:
 		return p9wire.Qid{Type: p9wire.QTDir, Path: jpath("")}
@@ -192,7 +202,7 @@ func (f *file) jop(ctx context.Context, typ uint8, d *p9wire.Dec, m *p9wire.Enc)
 		at := len(m.B)
 		m.U32(0)
 		if off == 0 && direntSize(statsName) <= int(count) {
-			dirent(m, jnode{kind: jStats}.qid(), 1, syscall.S_IFREG, statsName)
+			dirent(m, (&jnode{kind: jStats}).qid(), 1, syscall.S_IFREG, statsName)
 		}
 		binary.LittleEndian.PutUint32(m.B[at:], uint32(len(m.B)-at-4))
 		return 0

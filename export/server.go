@@ -484,6 +484,7 @@ func (c *conn) clunk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	if e != 0 {
 		return e
 	}
+	f.stopReads()
 	e = f.commitXattr(ctx)
 	f.release()
 	return e
