@@ -368,7 +368,7 @@ func TestJournalBounds(t *testing.T) {
 	}
 	c.walkTo(t, 11, "f")
 	c.walkTo(t, 12, "g")
-	c.walkTo(t, 0) // the root, by the getattr
+	c.walkTo(t, 0)       // the root, by the getattr
 	c.walkTo(t, 13, "h") // the fourth QID
 	r := c.read(t, seqAfter(got))
 	if s := shows(r); len(s) != 1 || s[0] != "reset" {
