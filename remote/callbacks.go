@@ -114,8 +114,13 @@ func (j *jreader) open(c *conn) error {
 	// The cache serves again once the records missed while we were away
 	// are applied: the read answers at once if there are any, and blocks
 	// if there are none, which cannot be told from a slow answer; so the
-	// first answer or catchUp, whichever comes first.
-	time.AfterFunc(catchUp, func() { j.ready(c) })
+	// first answer or catchUp, whichever comes first. A new journal has
+	// missed nothing.
+	if created {
+		j.ready(c)
+	} else {
+		time.AfterFunc(catchUp, func() { j.ready(c) })
+	}
 	go j.read(c, fid)
 	go j.flushDropped(c, fid)
 	return nil

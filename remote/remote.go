@@ -58,6 +58,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
@@ -82,10 +83,11 @@ type Options struct {
 	// of the client (disk.go). One client owns a directory at a time.
 	CacheDir string
 
-	idleFids     int           // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
-	cacheEntries int           // QIDs whose metadata is cached; 0 means defaultCacheEntries
-	flushWait    time.Duration // how often evicted QIDs are reported; 0 means 2 s
-	newJournal   bool          // a journal of its own even with CacheDir (shale watch)
+	idleFids     int                                  // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
+	cacheEntries int                                  // QIDs whose metadata is cached; 0 means defaultCacheEntries
+	flushWait    time.Duration                        // how often evicted QIDs are reported; 0 means 2 s
+	newJournal   bool                                 // a journal of its own even with CacheDir (shale watch)
+	onRecord     func(*journal.Record, []layer.Event) // told of each record applied (shale watch)
 }
 
 const (
@@ -94,8 +96,8 @@ const (
 	// DefaultCacheSize is the file data a client caches by default.
 	DefaultCacheSize    = 256 << 20
 	defaultCacheEntries = 1 << 16
-	backoffMin     = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
+	backoffMin          = 100 * time.Millisecond
+	backoffMax          = 5 * time.Second
 )
 
 // FS is a client of one remote tree.
@@ -128,10 +130,10 @@ type FS struct {
 
 	ctr        counters
 	cc         *cache
-	jr         *jreader      // nil: no cache, no journal
-	disk       *diskCache    // with Options.CacheDir
-	controller atomic.Bool   // a journal controller answered the first connection
-	liveMu     sync.Mutex    // guards live
+	jr         *jreader    // nil: no cache, no journal
+	disk       *diskCache  // with Options.CacheDir
+	controller atomic.Bool // a journal controller answered the first connection
+	liveMu     sync.Mutex  // guards live
 	live       map[uint64]liveTok
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
@@ -218,7 +220,7 @@ func (fs *FS) setupCache(server string, opts Options) error {
 	if size < 0 {
 		return nil
 	}
-	fs.jr = &jreader{fs: fs, uuid: newUUID(), flushWait: opts.flushWait}
+	fs.jr = &jreader{fs: fs, uuid: newUUID(), flushWait: opts.flushWait, onRecord: opts.onRecord}
 	if fs.jr.flushWait <= 0 {
 		fs.jr.flushWait = 2 * time.Second
 	}

@@ -105,5 +105,5 @@ func StatsOf(root layer.Node) (Stats, bool) {
 // long, as changes are pushed.
 func Caching(root layer.Node) bool {
 	n, ok := root.(*node)
-	return ok && n.fs.cc.on.Load()
+	return ok && n.fs.controller.Load()
 }

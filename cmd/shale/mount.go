@@ -35,6 +35,8 @@ type mountFlags struct {
 	stack      string
 	coherence  string
 	watch      string
+	cacheDir   string   // with a 9p:// LOWER: the disk cache (remote.Options.CacheDir)
+	cacheSize  string   // with a 9p:// LOWER: its bound
 	timeoutSet bool     // --timeout was given
 	options    []string // -o, as mount(8) gives them (mountopts.go)
 	vfs        vfsFlags // the generic ones of options
@@ -96,7 +98,14 @@ Changes made through the mount, through other views of its stack, and directly
 in LOWER by other programs are pushed to the kernel's caches (LOWER is watched
 with fanotify as root, inotify otherwise), so the kernel keeps names,
 attributes, pages and listings for an hour. Where LOWER cannot be watched,
-changes made in it show within --timeout (default 1s).`,
+changes made in it show within --timeout (default 1s).
+
+A 9p:// LOWER whose server has a journal controller (shale serve) is cached:
+attributes, names, listings and file data, kept current by the server's
+callbacks, so the kernel keeps them for an hour too; --cache-size bounds the
+data, and --cache-dir DIR keeps it on disk, where a restarted mount finds it
+again. Other servers (diod) get close-to-open consistency, as with a LOWER
+that cannot be watched. "shale stats MOUNTPOINT" prints its counters.`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
@@ -120,6 +129,8 @@ changes made in it show within --timeout (default 1s).`,
 	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
 	fl.MarkHidden("cpuprofile")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller: keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
+	fl.StringVar(&f.cacheSize, "cache-size", "256MiB", "with a 9p:// LOWER: the file data cached, in memory or on disk with --cache-dir; off for none")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
@@ -317,6 +328,9 @@ func serve(f *mountFlags, p *plan) error {
 	if err != nil {
 		return report(ready, err)
 	}
+	// Saves a disk cache; after the views, which may use the lower to the end.
+	defer p.closeLower(logger)
+	defer serveStats(p, logger)()
 	for _, v := range p.spec.Views {
 		logger.Info("mounted", "lower", p.spec.Lower, "layer", v.Layer, "mountpoint", v.Mountpoint)
 	}

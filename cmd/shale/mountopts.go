@@ -23,7 +23,7 @@ import (
 // flagOptions are the flags of shale mount that -o takes, by option
 // name; an option's flag is its name with "-" for "_". Layers' options
 // (stack.Kind.Options) are added by mountOptionFlags.
-var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "debug", "log", "stack"}
+var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "debug", "log", "stack", "cache_dir", "cache_size"}
 
 // vfsOptions are the generic mount options the kernel applies to the
 // mount itself; their zero vfsFlags is how fuseview mounts.

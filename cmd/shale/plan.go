@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/remote"
 	_ "github.com/shalefs/shale/rot13"
 	_ "github.com/shalefs/shale/shard"
 	"github.com/shalefs/shale/stack"
@@ -38,6 +41,8 @@ type plan struct {
 	// stack is set for --stack: views are kept coherent by a manager,
 	// unless the spec turns it off.
 	stack bool
+	// bottom is the built stack's lower root, closed at the end.
+	bottom layer.Node
 }
 
 // planMount reads the command line into a plan and checks it.
@@ -48,6 +53,9 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		}
 		lower, mnt, err := checkMountArgs(args[0], args[1])
 		if err != nil {
+			return nil, err
+		}
+		if lower, err = f.cachedLower(lower); err != nil {
 			return nil, err
 		}
 		sp, err := f.layeredSpec(lower)
@@ -81,10 +89,53 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		}
 		sp.Lower, sp.Views[i].Mountpoint = lower, mnt
 	}
+	if sp.Lower, err = f.cachedLower(sp.Lower); err != nil {
+		return nil, err
+	}
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("stack file %s: %v", f.stack, err)
 	}
 	return &plan{spec: sp, stack: true}, nil
+}
+
+// cachedLower adds --cache-dir and --cache-size to a 9p:// lower, as the
+// URL's cachedir and cachesize (remote.OptionsFromQuery).
+func (f *mountFlags) cachedLower(lower string) (string, error) {
+	r, ok, err := p9net.ParseRemote(lower)
+	if !ok || err != nil {
+		if f.cacheDir != "" {
+			return "", fmt.Errorf("--cache-dir %s: only a 9p:// LOWER is cached", f.cacheDir)
+		}
+		return lower, err
+	}
+	q := url.Values{}
+	if f.cacheDir != "" {
+		dir, err := filepath.Abs(f.cacheDir)
+		if err != nil {
+			return "", fmt.Errorf("--cache-dir %s: %v", f.cacheDir, err)
+		}
+		q.Set("cachedir", dir)
+	}
+	if f.cacheSize != "" && !r.Query.Has("cachesize") {
+		q.Set("cachesize", f.cacheSize)
+	}
+	if len(q) == 0 {
+		return lower, nil
+	}
+	sep := "?"
+	if strings.Contains(lower, "?") {
+		sep = "&"
+	}
+	return lower + sep + q.Encode(), nil
+}
+
+// closeLower ends the stack's lower: a remote one saves its disk cache.
+func (p *plan) closeLower(logger *slog.Logger) {
+	if c, ok := p.bottom.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logger.Warn("closing the lower", "lower", p.spec.Lower, "err", err)
+		}
+	}
 }
 
 // layeredSpec is the spec of lower with the command line's --layer flags.
@@ -181,6 +232,7 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 	if err != nil {
 		return nil, nil, opts, err
 	}
+	p.bottom = nodes[0]
 	// Every view is a holder of the stack's manager: changes made through
 	// any view, and those other programs make in the lower directory (the
 	// watch), are pushed to the others, so the kernel may cache names and
@@ -205,8 +257,13 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 		return st, nodes, opts, nil
 	}
 	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
-		// Other clients of the server tell us nothing yet (journal
-		// callbacks will): their changes show within --timeout.
+		if remote.Caching(nodes[0]) {
+			// The server's journal controller tells us of other
+			// clients' changes, raised as events like the watch's.
+			return st, nodes, opts, nil
+		}
+		// Without a controller other clients' changes go untold: they
+		// show within --timeout.
 		logger.Info("changes made by other clients of the server show within --timeout", "lower", p.spec.Lower)
 		opts.Timeout, opts.KeepCache = f.timeout, false
 		return st, nodes, opts, nil
