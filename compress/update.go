@@ -34,8 +34,14 @@ func (s *fstate) commit(ctx context.Context, lf lowerFile, chs []change, newSize
 func (s *fstate) doCommit(ctx context.Context, lf lowerFile, chs []change, newSize uint64) layer.Errno {
 	fresh := s.kind == kindEmpty
 	if fresh {
+		// The header of an empty file first: until it is there, the
+		// lower file would read as a plain one, whatever else was
+		// written.
 		s.hdr = header{tableOff: headerSize}
-		s.ents, s.sp = nil, space{end: headerSize}
+		if e := writeFull(ctx, lf, s.hdr.encode(), 0); e != 0 {
+			return e
+		}
+		s.ents, s.sp, s.lowerSz, s.kind = nil, space{end: headerSize}, headerSize, kindCompr
 	}
 	old := s.hdr.size
 	newSize = max(newSize, old)

@@ -8,8 +8,9 @@ export PATH=/usr/local/go/bin:$PATH
 # fuse3: fusermount3 for unprivileged users; fio, stress-ng: stress tests and
 # benchmarks; bindfs, gocryptfs: benchmark peers; attr: getfattr/setfattr;
 # sqlite3: two WAL writers in two views (test/coherence); diod: a 9P server
-# and independent 9P clients (diodls, diodcat, diodload) for test/net.
-pkgs=(fuse3 fio stress-ng bindfs gocryptfs attr sqlite3 diod)
+# and independent 9P clients (diodls, diodcat, diodload) for test/net;
+# zstd: compress's known-answer check and the stored-size benchmark's floor.
+pkgs=(fuse3 fio stress-ng bindfs gocryptfs attr sqlite3 diod zstd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -36,6 +36,11 @@ var stacks = []stack{
 	{name: "rot13", layers: []string{"rot13"}, rules: plainRules},
 	{name: "crypt", layers: []string{"crypt"}, prepare: initCrypt, rules: cryptRules, tornBlocks: true},
 	{name: "shard", layers: []string{"shard"}, prepare: markShard, rules: shardRules, convert: true},
+	// compress switches each block's table entry after its new extent is
+	// written: a killed write leaves every block old or new, never torn.
+	// (Over crypt, a torn crypt block may hold any part of the compressed
+	// file, so blocks beyond those written may fail: docs/compress.md.)
+	{name: "compress", layers: []string{"compress"}, rules: plainRules},
 }
 
 // initCrypt makes lower a crypt directory with a cheap key derivation.
