@@ -67,14 +67,14 @@ func openDisk(dir string, size int64, server string, log *slog.Logger) (*diskCac
 		return nil, fmt.Errorf("--cache-dir %s: %v", dir, err)
 	}
 	path := filepath.Join(dir, storeFile)
-	st, err := objstore.Open(path, objstore.Options{})
+	var st *objstore.Store
+	_, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		st, err = objstore.Format(path, size, objstore.Options{})
+	} else {
+		st, err = objstore.Open(path, objstore.Options{})
 	}
 	if err != nil {
-		if errors.Is(err, objstore.ErrInUse) {
-			return nil, fmt.Errorf("--cache-dir %s: %v: another mount uses it; give each mount a directory of its own", dir, err)
-		}
 		return nil, fmt.Errorf("--cache-dir %s: %v", dir, err)
 	}
 	d := &diskCache{dir: dir, server: server, st: st, log: log}
@@ -142,8 +142,8 @@ func (d *diskCache) save(j *jreader, c *cache) error {
 	if err := d.st.Close(); err != nil {
 		return fmt.Errorf("--cache-dir %s: closing the store: %v", d.dir, err)
 	}
-	if s.UUID == "" || s.Epoch == 0 {
-		return nil // no journal read: nothing to resume
+	if s.UUID == "" {
+		return nil // no journal: nothing to resume
 	}
 	tmp := filepath.Join(d.dir, stateFile+".new")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
