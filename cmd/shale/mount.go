@@ -63,6 +63,9 @@ and ?timeout=30s (docs/network.md).
 
   shale mount --layer shard --layer crypt --passfile F LOWER MNT
 
+Order matters: compress goes above crypt (--layer crypt --layer compress:
+ciphertext does not compress, so the other order is refused).
+
 With --stack FILE it mounts several views of one stack in one process, all
 kept coherent (docs/coherence.md):
 
