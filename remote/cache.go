@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -566,4 +567,19 @@ func (c *cache) gone(path uint64) {
 	if c.ents[path] == nil && c.on.Load() {
 		c.dropped = append(c.dropped, path)
 	}
+}
+
+// touches tells whether a read of path on the server would change its
+// atime under relatime (the Linux default): atime not after mtime or
+// ctime, or a day old; or whether nothing says otherwise. Such reads go
+// to the server, and drop the attributes, so a stat shows the new atime.
+func (c *cache) touches(path uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.ents[path]
+	if e == nil || !e.hasAttr {
+		return true
+	}
+	a := &e.attr
+	return !a.Atime.After(a.Mtime) || !a.Atime.After(a.Ctime) || time.Since(a.Atime) > 24*time.Hour
 }

@@ -22,6 +22,7 @@ type dir struct {
 	since uint64
 	keep  bool
 	all   []layer.DirEntry
+	touch bool // the first Treaddir moves the directory's atime
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -37,6 +38,10 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		r, err := c.rpc(p9wire.Treaddir, b.B)
 		if err != nil {
 			return layer.DirEntry{}, false, errno(err)
+		}
+		if d.touch {
+			d.touch = false
+			d.h.fs.cc.dropAttrs(d.h.n.tok.Ino)
 		}
 		n := r.U32()
 		data := r.Take(int(n))

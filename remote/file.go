@@ -80,16 +80,22 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 		return 0, syscall.EINVAL
 	}
 	path := h.n.tok.Ino
-	if k, ok := fs.cc.read(path, dest, off); ok {
-		fs.hit(kindData)
-		fs.ctr.bytesFromCache.Add(uint64(k))
-		return k, 0
+	touch := fs.cc.touches(path)
+	if !touch {
+		if k, ok := fs.cc.read(path, dest, off); ok {
+			fs.hit(kindData)
+			fs.ctr.bytesFromCache.Add(uint64(k))
+			return k, 0
+		}
 	}
 	fs.miss(kindData)
 	since := fs.cc.snap()
 	c, fid, iounit, e := h.use(ctx)
 	if e != 0 {
 		return 0, e
+	}
+	if touch {
+		defer fs.cc.dropAttrs(path) // the server's read moved atime
 	}
 	if !fs.cc.on.Load() {
 		k, err := c.readAt(fid, iounit, dest, off)

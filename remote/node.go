@@ -813,7 +813,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	id := identOf(ctx)
 	cc := n.fs.cc
-	if ents, ok := cc.listing(n.tok.Ino, id.uid); ok {
+	touch := cc.touches(n.tok.Ino)
+	if ents, ok := cc.listing(n.tok.Ino, id.uid); ok && !touch {
 		n.fs.hit(kindDir)
 		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
@@ -828,7 +829,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true}, 0
+	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}, 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {

@@ -23,6 +23,7 @@ import (
 )
 
 func init() {
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/",
 		Short: "print the counters of a mount of a 9P tree, or of a server",
@@ -33,7 +34,8 @@ on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale otherwise)
 named after a hash of the mount point.
 
 With a 9p:// URL it prints the statistics file of the server's journal
-controller (shale serve) as the server gives it.`,
+controller (shale serve) as the server gives it. --json prints a mount's
+counters as one JSON object.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if r, ok, err := p9net.ParseRemote(args[0]); ok {
@@ -59,10 +61,14 @@ controller (shale serve) as the server gives it.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(s)
+			}
 			printStats(os.Stdout, s)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -1,0 +1,448 @@
+package net
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The caching client (remote, issue 12) against a real shale serve with
+// its journal controller: what one client or a writer in LOWER changes,
+// the others show within one journal delivery; no stale reads under a
+// randomized torture; a client that lost its connection, or restarted
+// with a disk cache, catches up and serves the rest from its cache; a
+// restarted controller makes clients drop everything.
+
+// cacheWait bounds how long a change may take to show: generous, for a
+// busy machine; the delays measured are logged.
+const cacheWait = 20 * time.Second
+
+// tortureTime is how long TestCacheTorture runs: SHALE_TORTURE (a Go
+// duration) or the issue's 60 s.
+func tortureTime(t *testing.T) time.Duration {
+	if v := os.Getenv("SHALE_TORTURE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SHALE_TORTURE=%s: %v", v, err)
+		}
+		return d
+	}
+	return time.Minute
+}
+
+// cacheServer serves a new LOWER with files f0..f(n-1) and d/, and
+// returns LOWER and the 9p:// URL.
+func cacheServer(t *testing.T, n int, args ...string) (string, string, string) {
+	lower := tempDir(t)
+	for i := range n {
+		writeFile(t, filepath.Join(lower, fmt.Sprintf("f%d", i)), []byte("v0"), 0o644)
+	}
+	os.Mkdir(filepath.Join(lower, "d"), 0o755)
+	addr := freePort(t)
+	serve(t, addr, append([]string{"--no-root-squash"}, append(args, lower)...)...)
+	return lower, addr, "9p://" + addr + "/"
+}
+
+// cacheStats reads a mount's counters.
+func cacheStats(t *testing.T, mnt string) map[string]any {
+	t.Helper()
+	out, err := exec.Command(shale, "stats", "--json", mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("shale stats %s: %v\n%s", mnt, err, out)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("shale stats --json %s: %v\n%s", mnt, err, out)
+	}
+	return s
+}
+
+// requests is the 9P requests a mount made, journal reads apart.
+func requests(t *testing.T, mnt string) (total uint64, reads uint64) {
+	s := cacheStats(t, mnt)
+	for k, v := range s["requests"].(map[string]any) {
+		total += uint64(v.(float64))
+		if k == "read" {
+			reads = uint64(v.(float64))
+		}
+	}
+	return total, reads
+}
+
+// waitFor polls fn until it returns "" and returns how long that took,
+// or fails t with fn's last complaint.
+func waitFor(t *testing.T, what string, fn func() string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < cacheWait {
+		if last = fn(); last == "" {
+			return time.Since(start)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v: %s", what, cacheWait, last)
+	return 0
+}
+
+func readIs(p, want string) func() string {
+	return func() string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err.Error()
+		}
+		if string(b) != want {
+			return fmt.Sprintf("%s reads %q, want %q", p, b, want)
+		}
+		return ""
+	}
+}
+
+func logDelays(t *testing.T, what string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	t.Logf("%s: %d changes, delay median %v, max %v", what, len(ds), ds[len(ds)/2], ds[len(ds)-1])
+}
+
+// TestCacheTwoClients: a change through one client, or in LOWER, shows
+// in the other's next read, stat and listing within one delivery; and
+// the warm client asks the server nothing for what did not change.
+func TestCacheTwoClients(t *testing.T) {
+	lower, _, url := cacheServer(t, 4)
+	a, b := mount(t, url), mount(t, url)
+	for _, m := range []string{a, b} {
+		for i := range 4 {
+			if got := readIs(filepath.Join(m, fmt.Sprintf("f%d", i)), "v0")(); got != "" {
+				t.Fatal(got)
+			}
+		}
+		os.ReadDir(filepath.Join(m, "d"))
+	}
+	// Warm: reads, stats and listings of what did not change are hits.
+	before, _ := requests(t, a)
+	for range 5 {
+		for i := range 4 {
+			os.ReadFile(filepath.Join(a, fmt.Sprintf("f%d", i)))
+			os.Stat(filepath.Join(a, fmt.Sprintf("f%d", i)))
+		}
+		os.ReadDir(a)
+	}
+	after, _ := requests(t, a)
+	t.Logf("warm: %d requests for 5 rounds of reads, stats and listings of 4 files", after-before)
+
+	var data, meta, list []time.Duration
+	for round := range 10 {
+		v := fmt.Sprintf("round %d, longer than before", round)
+		f := fmt.Sprintf("f%d", round%4)
+		if round%2 == 0 {
+			writeFile(t, filepath.Join(lower, f), []byte(v), 0o644)
+		} else {
+			writeFile(t, filepath.Join(b, f), []byte(v), 0o644)
+		}
+		data = append(data, waitFor(t, "read", readIs(filepath.Join(a, f), v)))
+
+		os.Chmod(filepath.Join(lower, f), os.FileMode(0o600+round%2*0o44))
+		want := os.FileMode(0o600 + round%2*0o44)
+		meta = append(meta, waitFor(t, "stat", func() string {
+			st, err := os.Stat(filepath.Join(a, f))
+			if err != nil {
+				return err.Error()
+			}
+			if st.Mode().Perm() != want {
+				return fmt.Sprintf("mode %v, want %v", st.Mode().Perm(), want)
+			}
+			return ""
+		}))
+
+		name := fmt.Sprintf("n%d", round)
+		where := lower
+		if round%2 == 1 {
+			where = b
+		}
+		writeFile(t, filepath.Join(where, "d", name), nil, 0o644)
+		list = append(list, waitFor(t, "listing", func() string {
+			ents, err := os.ReadDir(filepath.Join(a, "d"))
+			if err != nil {
+				return err.Error()
+			}
+			if len(ents) != round+1 {
+				return fmt.Sprintf("%d entries, want %d", len(ents), round+1)
+			}
+			return ""
+		}))
+	}
+	logDelays(t, "data", data)
+	logDelays(t, "attributes", meta)
+	logDelays(t, "listings", list)
+}
+
+// TestCacheTorture: three clients and LOWER change and read files at
+// random. A version is delivered once every client has shown it; a read
+// that starts after that must show it or a later one: zero stale reads.
+func TestCacheTorture(t *testing.T) {
+	const files = 6
+	lower, _, url := cacheServer(t, files)
+	mnts := []string{mount(t, url), mount(t, url), mount(t, url)}
+	var (
+		wmu       sync.Mutex // one writer at a time: versions only grow
+		delivered [files]atomic.Int64
+		version   [files]int64
+		stale     atomic.Int64
+		reads     atomic.Int64
+		delays    []time.Duration
+	)
+	content := func(v int64) string { return "v" + strconv.FormatInt(v, 10) + strings.Repeat(".", int(v%7)) }
+	parse := func(s string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimRight(strings.TrimPrefix(s, "v"), "."), 10, 64)
+		return n
+	}
+	end := time.Now().Add(tortureTime(t))
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for time.Now().Before(end) {
+				f := rng.IntN(files)
+				floor := delivered[f].Load()
+				b, err := os.ReadFile(filepath.Join(mnts[r], fmt.Sprintf("f%d", f)))
+				if err != nil || len(b) == 0 {
+					continue // a rename's window; a write between its truncation and its data
+				}
+				reads.Add(1)
+				if got := parse(string(b)); got < floor {
+					stale.Add(1)
+					t.Errorf("client %d read f%d version %d after version %d was delivered", r, f, got, floor)
+				}
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for time.Now().Before(end) {
+		f := rng.IntN(files)
+		wmu.Lock()
+		version[f]++
+		v := version[f]
+		where := lower
+		if k := rng.IntN(4); k < 3 {
+			where = mnts[k]
+		}
+		p := filepath.Join(where, fmt.Sprintf("f%d", f))
+		if rng.IntN(3) == 0 {
+			// Replace the file by a rename: an entry change.
+			tmp := filepath.Join(where, fmt.Sprintf("tmp%d", f))
+			writeFile(t, tmp, []byte(content(v)), 0o644)
+			if err := os.Rename(tmp, p); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			writeFile(t, p, []byte(content(v)), 0o644)
+		}
+		start := time.Now()
+		for _, m := range mnts {
+			waitFor(t, "delivery", readIs(filepath.Join(m, fmt.Sprintf("f%d", f)), content(v)))
+		}
+		delays = append(delays, time.Since(start))
+		delivered[f].Store(v)
+		wmu.Unlock()
+	}
+	wg.Wait()
+	logDelays(t, "delivery to all three clients", delays)
+	t.Logf("%d reads, %d stale", reads.Load(), stale.Load())
+	for _, m := range mnts {
+		s := cacheStats(t, m)
+		t.Logf("%s: hits %v misses %v records %v", m, s["hits"], s["misses"], s["records"])
+	}
+}
+
+// delayProxy runs shale delay from listen to to: a connection to kill.
+func delayProxy(t *testing.T, listen, to string) *exec.Cmd {
+	cmd := exec.Command(shale, "delay", "--listen", listen, "--to", to)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", listen); err == nil {
+			c.Close()
+			return cmd
+		}
+	}
+	t.Fatal("shale delay did not listen")
+	return nil
+}
+
+func stopProxy(cmd *exec.Cmd) {
+	cmd.Process.Kill()
+	cmd.Wait()
+}
+
+// TestCacheReconnectAndRestart: a client whose connection is killed
+// catches up on what changed meanwhile, and so does one restarted with
+// its disk cache, serving the rest from the cache: no stale data, and
+// far fewer requests than a cold start.
+func TestCacheReconnectAndRestart(t *testing.T) {
+	const files = 20
+	lower, addr, _ := cacheServer(t, files)
+	for i := range files {
+		writeFile(t, filepath.Join(lower, fmt.Sprintf("f%d", i)), randomBytes(t, 200<<10), 0o644)
+	}
+	proxy := freePort(t)
+	p := delayProxy(t, proxy, addr)
+	defer func() { stopProxy(p) }()
+	cacheDir := tempDir(t)
+	url := "9p://" + proxy + "/"
+	mnt := mount(t, url, "--cache-dir", cacheDir)
+	readAll := func() {
+		t.Helper()
+		for i := range files {
+			want, _ := os.ReadFile(filepath.Join(lower, fmt.Sprintf("f%d", i)))
+			if got := readIs(filepath.Join(mnt, fmt.Sprintf("f%d", i)), string(want))(); got != "" {
+				t.Fatalf("f%d: %.80s", i, got)
+			}
+		}
+	}
+	readAll()
+	cold, coldReads := requests(t, mnt)
+	t.Logf("cold: %d requests (%d reads)", cold, coldReads)
+
+	// Kill the connection, change two files, let it come back.
+	stopProxy(p)
+	writeFile(t, filepath.Join(lower, "f1"), []byte("changed while away"), 0o644)
+	writeFile(t, filepath.Join(lower, "d", "new"), []byte("new"), 0o644)
+	p = delayProxy(t, proxy, addr)
+	d := waitFor(t, "catch up after reconnecting", readIs(filepath.Join(mnt, "f1"), "changed while away"))
+	t.Logf("reconnected and caught up in %v", d)
+	waitFor(t, "new name", readIs(filepath.Join(mnt, "d", "new"), "new"))
+	before, beforeReads := requests(t, mnt)
+	readAll()
+	after, afterReads := requests(t, mnt)
+	t.Logf("after reconnecting: %d requests (%d reads) to read all again", after-before, afterReads-beforeReads)
+	if afterReads != beforeReads {
+		t.Errorf("%d data reads for files that did not change", afterReads-beforeReads)
+	}
+
+	// Restart the client with its disk cache; change a file meanwhile.
+	umount(mnt)
+	writeFile(t, filepath.Join(lower, "f2"), []byte("changed while stopped"), 0o644)
+	// The process that served the mount saves the cache after the
+	// unmount returned, and holds the directory until it has.
+	waitFor(t, "mount again with the cache directory", func() string {
+		out, err := exec.Command(shale, "mount", "--cache-dir", cacheDir, url, mnt).CombinedOutput()
+		if err != nil {
+			return string(out)
+		}
+		return ""
+	})
+	waitFor(t, "catch up after a restart", readIs(filepath.Join(mnt, "f2"), "changed while stopped"))
+	readAll()
+	hot, hotReads := requests(t, mnt)
+	t.Logf("restarted with the disk cache: %d requests (%d reads) vs %d (%d) cold", hot, hotReads, cold, coldReads)
+	if hotReads > 2 {
+		t.Errorf("%d data reads after a restart with the disk cache; one file changed", hotReads)
+	}
+	if hot*2 > cold {
+		t.Errorf("restarted client made %d requests, a cold one %d", hot, cold)
+	}
+
+	// A second mount of the cache directory is refused, in one line.
+	other := tempDir(t)
+	out, err := exec.Command(shale, "mount", "--cache-dir", cacheDir, url, other).CombinedOutput()
+	if err == nil {
+		umount(other)
+		t.Fatal("a second mount of one cache directory succeeded")
+	}
+	if msg := strings.TrimSpace(string(out)); strings.Count(msg, "\n") > 0 || !strings.Contains(msg, "in use") {
+		t.Errorf("second mount of the cache directory: %q", msg)
+	}
+}
+
+// TestCacheControllerRestart: a restarted controller has a new epoch and
+// no journals: clients drop everything and show what changed meanwhile.
+func TestCacheControllerRestart(t *testing.T) {
+	lower := tempDir(t)
+	writeFile(t, filepath.Join(lower, "f"), []byte("before"), 0o644)
+	addr := freePort(t)
+	s := serve(t, addr, "--no-root-squash", lower)
+	url := "9p://" + addr + "/"
+	a, b := mount(t, url), mount(t, url)
+	for _, m := range []string{a, b} {
+		waitFor(t, "first read", readIs(filepath.Join(m, "f"), "before"))
+	}
+	s.stop()
+	writeFile(t, filepath.Join(lower, "f"), []byte("after the restart"), 0o644)
+	serve(t, addr, "--no-root-squash", lower)
+	for _, m := range []string{a, b} {
+		// The mount's next request waits for the connection; once the
+		// journal is created again, nothing cached before is served.
+		d := waitFor(t, "after the controller's restart", readIs(filepath.Join(m, "f"), "after the restart"))
+		t.Logf("%s shows the change %v after the restart", m, d)
+	}
+	writeFile(t, filepath.Join(b, "f"), []byte("through b"), 0o644)
+	waitFor(t, "a change after the restart", readIs(filepath.Join(a, "f"), "through b"))
+}
+
+// TestCacheWatch: shale watch prints changes under a path.
+func TestCacheWatch(t *testing.T) {
+	lower, _, url := cacheServer(t, 1)
+	w := exec.Command(shale, "watch", "--json", url, "/d")
+	var out strings.Builder
+	var mu sync.Mutex
+	w.Stdout = writerFunc(func(b []byte) { mu.Lock(); out.Write(b); mu.Unlock() })
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		w.Process.Signal(os.Interrupt)
+		if err := w.Wait(); err != nil {
+			t.Errorf("shale watch ended with %v on SIGINT", err)
+		}
+	}()
+	// It walks /d before it reports: poll with a change until one shows.
+	i := 0
+	waitFor(t, "watch", func() string {
+		i++
+		writeFile(t, filepath.Join(lower, "d", fmt.Sprintf("x%d", i)), nil, 0o644)
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(out.String(), `"path":"/d/x`) {
+			return "nothing printed: " + out.String()
+		}
+		return ""
+	})
+	writeFile(t, filepath.Join(lower, "f0"), []byte("outside"), 0o644)
+	writeFile(t, filepath.Join(lower, "d", "x1"), []byte("data"), 0o644)
+	waitFor(t, "modify", func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(out.String(), `{"event":"modify","path":"/d/x1"`) {
+			return "no modify of /d/x1: " + out.String()
+		}
+		return ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(out.String(), "f0") {
+		t.Errorf("a change outside the watched path was printed: %s", out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	sort.Strings(lines)
+	t.Logf("watch printed:\n%s", strings.Join(lines, "\n"))
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(b []byte) (int, error) { f(b); return len(b), nil }
