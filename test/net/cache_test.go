@@ -446,3 +446,65 @@ func TestCacheWatch(t *testing.T) {
 type writerFunc func([]byte)
 
 func (f writerFunc) Write(b []byte) (int, error) { f(b); return len(b), nil }
+
+// TestCacheUpstreamDiod: the controller in front of diod (shale serve
+// --upstream): a change through one caching client shows in the other
+// within one delivery. Changes made on diod's tree directly are the
+// documented limit, so the writer is a client.
+func TestCacheUpstreamDiod(t *testing.T) {
+	if out, _ := exec.Command(shale, "serve", "--help").CombinedOutput(); !strings.Contains(string(out), "--upstream") {
+		t.Skip("shale serve has no --upstream")
+	}
+	lower := tempDir(t)
+	writeFile(t, filepath.Join(lower, "f"), []byte("v0"), 0o644)
+	os.Mkdir(filepath.Join(lower, "d"), 0o755)
+	dir := tempDir(t)
+	diodSock := filepath.Join(dir, "diod.sock")
+	diod := exec.Command("diod", "-f", "-n", "-e", lower, "-l", diodSock, "-L", filepath.Join(dir, "diod.log"))
+	if err := diod.Start(); err != nil {
+		t.Skip("no diod:", err)
+	}
+	t.Cleanup(func() { diod.Process.Kill(); diod.Wait() })
+	waitFor(t, "diod listening", func() string {
+		c, err := net.Dial("unix", diodSock)
+		if err != nil {
+			return err.Error()
+		}
+		c.Close()
+		return ""
+	})
+	addr := freePort(t)
+	serve(t, addr, "--no-root-squash", "--upstream", "unix:"+diodSock+"?aname="+lower)
+	url := "9p://" + addr + "/"
+	a, b := mount(t, url), mount(t, url)
+	for _, m := range []string{a, b} {
+		waitFor(t, "first read", readIs(filepath.Join(m, "f"), "v0"))
+		os.ReadDir(filepath.Join(m, "d"))
+	}
+	var data, list []time.Duration
+	for round := range 6 {
+		v := fmt.Sprintf("round %d", round)
+		writer, reader := a, b
+		if round%2 == 1 {
+			writer, reader = b, a
+		}
+		writeFile(t, filepath.Join(writer, "f"), []byte(v), 0o644)
+		data = append(data, waitFor(t, "read through diod", readIs(filepath.Join(reader, "f"), v)))
+		writeFile(t, filepath.Join(writer, "d", fmt.Sprintf("n%d", round)), nil, 0o644)
+		list = append(list, waitFor(t, "listing through diod", func() string {
+			ents, err := os.ReadDir(filepath.Join(reader, "d"))
+			if err != nil {
+				return err.Error()
+			}
+			if len(ents) != round+1 {
+				return fmt.Sprintf("%d entries, want %d", len(ents), round+1)
+			}
+			return ""
+		}))
+	}
+	logDelays(t, "data through diod", data)
+	logDelays(t, "listings through diod", list)
+	if s := cacheStats(t, a); !s["caching"].(bool) {
+		t.Errorf("the client of the controller in front of diod does not cache: %v", s)
+	}
+}
