@@ -13,7 +13,7 @@ func testLayer(t testing.TB) *Layer {
 	for i := range master {
 		master[i] = byte(i)
 	}
-	l, err := newLayer(master)
+	l, err := newLayer(master, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestBlockTamper(t *testing.T) {
 	mustFail(t, "short header", out, err)
 	// Another layer's key.
 	master := make([]byte, masterKeySize)
-	l2, _ := newLayer(master)
+	l2, _ := newLayer(master, 1)
 	out, err = l2.DecodeBlock(nil, hdrA, 3, stored)
 	mustFail(t, "another master key", out, err)
 }

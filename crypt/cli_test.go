@@ -170,3 +170,37 @@ func TestCLIPasswd(t *testing.T) {
 	code, out = shale(t, "newest\nq\n", "passwd", lower)
 	wantOneLineError(t, code, out, "damaged")
 }
+
+// init --no-holes makes a format-2 directory with fill_holes; a passfile
+// others can read is used with a one-line warning; a root whose ID is lost
+// is refused by mount in one line.
+func TestCLIAuditFixes(t *testing.T) {
+	lower := t.TempDir()
+	loose := passfile(t, "p\n")
+	os.Chmod(loose, 0o644)
+	code, out := shale(t, "", "init", "--layer", "crypt", cheap, "--no-holes", "--passfile", loose, lower)
+	wantOK(t, code, out)
+	if want := "shale: warning: passphrase file " + loose + " is readable by group or others (mode 0644): chmod 600 " + loose + "\n"; out != want {
+		t.Errorf("init with a passfile of mode 0644 printed %q, want %q", out, want)
+	}
+	l, err := Open(ctx, lowerOf(t, lower), lower, []byte("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.version != configVersion || !l.fillHoles {
+		t.Errorf("init --no-holes made version %d, fill_holes %v", l.version, l.fillHoles)
+	}
+	code, out = shale(t, "", "passwd", "--passfile", passfile(t, "p"), "--new-passfile", passfile(t, "q"), lower)
+	wantOK(t, code, out)
+	if l, err = Open(ctx, lowerOf(t, lower), lower, []byte("q")); err != nil || !l.fillHoles {
+		t.Errorf("passwd lost fill_holes (%v)", err)
+	}
+
+	os.WriteFile(filepath.Join(lower, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"), nil, 0o644) // a file of the view
+	os.Remove(filepath.Join(lower, dirIDName))
+	code, out = shale(t, "", "mount", "--layer", "crypt", "--passfile", passfile(t, "q"), lower, t.TempDir())
+	wantOneLineError(t, code, out, filepath.Join(lower, dirIDName)+", the root directory's ID, is missing: restore it from a backup")
+	if _, err := os.Stat(filepath.Join(lower, dirIDName)); !os.IsNotExist(err) {
+		t.Errorf("mount made a new root ID: %v", err)
+	}
+}

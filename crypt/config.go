@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/scrypt"
@@ -28,8 +29,11 @@ const ConfigName = "shale.conf"
 // derived from the passphrase with scrypt. JSON encodes the byte fields in
 // standard base64. See docs/crypt-format.md.
 type config struct {
-	Format     string    `json:"format"`  // configFormat
-	Version    int       `json:"version"` // configVersion
+	Format  string `json:"format"`  // configFormat
+	Version int    `json:"version"` // 1 or configVersion
+	// FillHoles (version 2 on) stores every block encrypted, so that no
+	// all-zero block reads as a hole; bound into the wrapped key's tag.
+	FillHoles  bool      `json:"fill_holes,omitempty"`
 	KDF        kdfParams `json:"kdf"`
 	Nonce      []byte    `json:"nonce"`       // 12 bytes
 	WrappedKey []byte    `json:"wrapped_key"` // 32-byte master key + 16-byte tag
@@ -49,7 +53,7 @@ type kdfParams struct {
 
 const (
 	configFormat  = "shale-crypt"
-	configVersion = 1
+	configVersion = 2 // what Init writes; version 1 is still read
 	kdfScrypt     = "scrypt"
 	saltSize      = 32
 	wrapNonceSize = 12
@@ -80,6 +84,11 @@ type Options struct {
 	// Force allows a LOWER that already holds files. They stay as they
 	// are and are hidden from the view, since their names do not decode.
 	Force bool
+	// FillHoles stores every block encrypted: growing a file or filling
+	// a hole writes encrypted zeros, so that someone who can write LOWER
+	// cannot make a file read zeros. Sparse files then take their full
+	// size on disk.
+	FillHoles bool
 }
 
 // The functions below take LOWER as the root of its backend (lower), so
@@ -120,9 +129,15 @@ func Init(ctx context.Context, lower layer.Node, name string, pass []byte, opts 
 	rand.Read(kdf.Salt)
 	nonce := make([]byte, wrapNonceSize)
 	rand.Read(nonce)
-	c, err := wrapMasterKey(master, pass, kdf, nonce)
-	if err != nil {
+	c := &config{Format: configFormat, Version: configVersion, FillHoles: opts.FillHoles, KDF: kdf, Nonce: nonce}
+	if err := c.wrap(master, pass); err != nil {
 		return err
+	}
+	// The root directory's ID first: a config marks a finished init, and
+	// a root without its ID is refused at mount (checkRootID).
+	id, _ := (&Layer{}).NewDirID()
+	if err := layer.WriteFileAtomic(ctx, lower, dirIDName, id, 0o444, true); err != nil {
+		return fmt.Errorf("write the root directory's ID: %w", inLower(name, err))
 	}
 	return writeConfig(ctx, lower, name, c, false)
 }
@@ -139,7 +154,15 @@ func Open(ctx context.Context, lower layer.Node, name string, pass []byte) (*Lay
 		return nil, err
 	}
 	defer clear(master)
-	return newLayer(master)
+	if err := checkRootID(ctx, lower, name); err != nil {
+		return nil, err
+	}
+	l, err := newLayer(master, c.Version)
+	if err != nil {
+		return nil, err
+	}
+	l.fillHoles = c.FillHoles
+	return l, nil
 }
 
 // Check tells whether lower is a crypt directory with a sound config,
@@ -165,28 +188,28 @@ func ChangePassphrase(ctx context.Context, lower layer.Node, name string, oldPas
 		return err
 	}
 	defer clear(master)
-	kdf := c.KDF
-	kdf.Salt = make([]byte, saltSize)
-	rand.Read(kdf.Salt)
-	nonce := make([]byte, wrapNonceSize)
-	rand.Read(nonce)
-	nc, err := wrapMasterKey(master, newPass, kdf, nonce)
+	// The format stays; only the wrapping is new.
+	nc := *c
+	nc.KDF.Salt = make([]byte, saltSize)
+	rand.Read(nc.KDF.Salt)
+	nc.Nonce = make([]byte, wrapNonceSize)
+	rand.Read(nc.Nonce)
+	if err := nc.wrap(master, newPass); err != nil {
+		return err
+	}
+	return writeConfig(ctx, lower, name, &nc, true)
+}
+
+// wrap seals master into c under the key scrypt derives from pass, with
+// c's KDF parameters, nonce, version and flags.
+func (c *config) wrap(master, pass []byte) error {
+	aead, err := c.KDF.aead(pass)
 	if err != nil {
 		return err
 	}
-	return writeConfig(ctx, lower, name, nc, true)
-}
-
-// wrapMasterKey seals master under the key scrypt derives from pass.
-func wrapMasterKey(master, pass []byte, kdf kdfParams, nonce []byte) (*config, error) {
-	c := &config{Format: configFormat, Version: configVersion, KDF: kdf, Nonce: nonce}
-	aead, err := kdf.aead(pass)
-	if err != nil {
-		return nil, err
-	}
-	c.WrappedKey = aead.Seal(nil, nonce, master, kdf.wrapAD())
+	c.WrappedKey = aead.Seal(nil, c.Nonce, master, c.wrapAD())
 	c.Checksum = c.checksum()
-	return c, nil
+	return nil
 }
 
 // unwrap recovers the master key; path names the config in errors.
@@ -195,7 +218,7 @@ func (c *config) unwrap(pass []byte, path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	master, err := aead.Open(nil, c.Nonce, c.WrappedKey, c.KDF.wrapAD())
+	master, err := aead.Open(nil, c.Nonce, c.WrappedKey, c.wrapAD())
 	if err != nil {
 		return nil, fmt.Errorf("%w for %s", ErrWrongPassphrase, path)
 	}
@@ -216,20 +239,32 @@ func (k *kdfParams) aead(pass []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(b)
 }
 
-// wrapAD binds every parameter of the key derivation into the wrapped
-// key's tag: a config with any of them changed fails to open.
+// wrapAD binds the format version, its flags and every parameter of the
+// key derivation into the wrapped key's tag: a config with any of them
+// changed (a version lowered to drop a protection, say) fails to open.
 //
-//	"shale-crypt v1 scrypt" || 0x00 || log N (1 byte) || r (4 bytes BE) || p (4 bytes BE) || salt
-func (k *kdfParams) wrapAD() []byte {
-	ad := append([]byte("shale-crypt v1 scrypt"), 0, byte(k.LogN))
+//	"shale-crypt vV scrypt" || 0x00 || log N (1 byte) || r (4 bytes BE) || p (4 bytes BE) || salt [|| flags (1 byte), from version 2]
+//
+// where flags bit 0 is fill_holes.
+func (c *config) wrapAD() []byte {
+	k := &c.KDF
+	ad := append([]byte("shale-crypt v"+strconv.Itoa(c.Version)+" scrypt"), 0, byte(k.LogN))
 	ad = binary.BigEndian.AppendUint32(ad, uint32(k.R))
 	ad = binary.BigEndian.AppendUint32(ad, uint32(k.P))
-	return append(ad, k.Salt...)
+	ad = append(ad, k.Salt...)
+	if c.Version >= 2 {
+		var flags byte
+		if c.FillHoles {
+			flags |= 1
+		}
+		ad = append(ad, flags)
+	}
+	return ad
 }
 
 func (c *config) checksum() string {
 	h := sha256.New()
-	h.Write(c.KDF.wrapAD())
+	h.Write(c.wrapAD())
 	h.Write(c.Nonce)
 	h.Write(c.WrappedKey)
 	return hex.EncodeToString(h.Sum(nil))
@@ -240,8 +275,10 @@ func (c *config) validate() error {
 	switch {
 	case c.Format != configFormat:
 		return fmt.Errorf("format is %q, want %q", c.Format, configFormat)
-	case c.Version != configVersion:
-		return fmt.Errorf("format version %d, this shale reads version %d", c.Version, configVersion)
+	case c.Version != 1 && c.Version != configVersion:
+		return fmt.Errorf("format version %d, this shale reads versions 1 and %d", c.Version, configVersion)
+	case c.Version == 1 && c.FillHoles:
+		return errors.New("fill_holes needs format version 2")
 	case c.KDF.Name != kdfScrypt:
 		return fmt.Errorf("key derivation %q, this shale knows %q", c.KDF.Name, kdfScrypt)
 	case c.KDF.LogN < 1 || c.KDF.LogN > 30 || c.KDF.R < 1 || c.KDF.P < 1 || c.KDF.P > 16 ||

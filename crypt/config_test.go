@@ -79,8 +79,8 @@ func TestInitOpenChange(t *testing.T) {
 		t.Error("the master key changed with the passphrase")
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("LOWER holds %d entries after a passphrase change, want only %s", len(entries), ConfigName)
+	if len(entries) != 2 || entries[0].Name() != dirIDName || entries[1].Name() != ConfigName {
+		t.Errorf("LOWER holds %v after a passphrase change, want only %s and %s", entries, dirIDName, ConfigName)
 	}
 	if st, _ := os.Stat(filepath.Join(dir, ConfigName)); st.Mode().Perm() != 0o600 {
 		t.Errorf("%s has mode %v, want 0600", ConfigName, st.Mode())
@@ -148,7 +148,10 @@ func TestConfigTamper(t *testing.T) {
 	mutate("log N lowered, checksum fixed", func(c *config) { c.KDF.LogN--; resum(c) }, ErrWrongPassphrase)
 	mutate("r changed, checksum fixed", func(c *config) { c.KDF.R = 4; resum(c) }, ErrWrongPassphrase)
 	mutate("p changed, checksum fixed", func(c *config) { c.KDF.P = 2; resum(c) }, ErrWrongPassphrase)
-	mutate("version", func(c *config) { c.Version = 2 }, ErrDamaged)
+	mutate("version", func(c *config) { c.Version = 3 }, ErrDamaged)
+	mutate("version 1, checksum fixed", func(c *config) { c.Version = 1; resum(c) }, ErrWrongPassphrase)
+	mutate("fill_holes on, checksum fixed", func(c *config) { c.FillHoles = true; resum(c) }, ErrWrongPassphrase)
+	mutate("fill_holes in version 1", func(c *config) { c.Version = 1; c.FillHoles = true; resum(c) }, ErrDamaged)
 	mutate("format", func(c *config) { c.Format = "gocryptfs" }, ErrDamaged)
 	mutate("kdf", func(c *config) { c.KDF.Name = "argon2id" }, ErrDamaged)
 	mutate("huge scrypt cost", func(c *config) { c.KDF.LogN = 30; resum(c) }, ErrDamaged)

@@ -1,6 +1,15 @@
 package crypt
 
-import "crypto/rand"
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/shalefs/shale/layer"
+)
 
 // Every lower directory holds its ID, 16 random bytes, in a read-only file
 // named dirIDName; the wrap template writes it when the layer makes the
@@ -22,4 +31,43 @@ func (l *Layer) NewDirID() ([]byte, error) {
 	id := make([]byte, dirIDSize)
 	rand.Read(id) // never fails (crypto/rand panics on a broken kernel)
 	return id, nil
+}
+
+// DirIDSize is the length of every directory ID; an ID file of another
+// length is damaged.
+func (l *Layer) DirIDSize() int { return dirIDSize }
+
+// checkRootID makes sure the root of LOWER, called name, has its ID before
+// the layer is stacked. The names in the root are encrypted under it, so a
+// lost ID (a backup that skipped dot-files, say) must be restored, never
+// replaced: a new one would hide every entry for good. Only a root with no
+// entries yet, as version 1's init left it, gets one here.
+func checkRootID(ctx context.Context, lower layer.Node, name string) error {
+	path := lowerPath(name, dirIDName)
+	id, err := layer.ReadFile(ctx, lower, dirIDName)
+	switch {
+	case err == nil && len(id) == dirIDSize:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s, the root directory's ID, is %d bytes instead of %d: restore it from a backup; without it no name in %s can be decoded", path, len(id), dirIDSize, name)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("read the root directory's ID: %w", inLower(name, err))
+	}
+	names, err := layer.ReadDirNames(ctx, lower)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, inLower(name, err))
+	}
+	for _, n := range names {
+		// Encrypted names never start with '.'; long ones and long
+		// targets stand in under .shale.L. and .shale.T.; other dot
+		// files are temporaries.
+		if n != ConfigName && (!strings.HasPrefix(n, ".") || strings.HasPrefix(n, ".shale.L.") || strings.HasPrefix(n, ".shale.T.")) {
+			return fmt.Errorf("%s, the root directory's ID, is missing: restore it from a backup; without it no name in %s can be decoded (shale never makes a new one over existing files)", path, name)
+		}
+	}
+	id, _ = (&Layer{}).NewDirID()
+	if err := layer.WriteFileAtomic(ctx, lower, dirIDName, id, 0o444, false); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("write the root directory's ID: %w", inLower(name, err))
+	}
+	return nil
 }

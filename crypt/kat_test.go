@@ -26,6 +26,10 @@ var katWant = map[string]string{
 	"config_ad":         "7368616c652d637279707420763120736372797074000a0000000800000001404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f",
 	"wrapped_key":       "dd658cb90aa3af22d6ed7505a393d609b12ef9b4f449d898ac49064be3b51768e784c41dfdd1b59242a922e6128528ec",
 	"checksum":          "bfe1a569a93b1d15df8b4fcb94949529e8f1f7d0e4a3450acd9c9c7f39ff68c3",
+	"name_v2":           "HXDekAelers5c3K1Apr90OkKYJ7KDs3m852w-euWZrQ_fNgASHRnPcKDlfumGHZz",
+	"config_ad_v2":      "7368616c652d637279707420763220736372797074000a0000000800000001404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f01",
+	"wrapped_key_v2":    "dd658cb90aa3af22d6ed7505a393d609b12ef9b4f449d898ac49064be3b517682fad534eb8dbf6d096892751ee988453",
+	"checksum_v2":       "75622bd74788276d3305a1b2ba8aeb4370f8cfbd8ba60e4f1e3fa0a9f51abb7b",
 }
 
 // seq is start, start+1, … (n bytes): the fixed inputs of the vectors.
@@ -40,7 +44,7 @@ func seq(start, n int) []byte {
 // katGot computes the vectors with this package's code.
 func katGot(t *testing.T) map[string]string {
 	master := seq(0, masterKeySize)
-	l, err := newLayer(master)
+	l, err := newLayer(master, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,19 +76,31 @@ func katGot(t *testing.T) map[string]string {
 	got["name"], _ = l.EncodeName(seq(0x20, dirIDSize), "Hello, shale ☃.txt")
 	got["link"] = string(l.sealLink(seq(0xc0, linkNonceSize), []byte("../ünï/target")))
 	got["long_link"], _ = standIn(l.sealLink(seq(0xc0, linkNonceSize), []byte(strings.Repeat("t/", 1550))))
-	kdf := kdfParams{Name: kdfScrypt, LogN: 10, R: 8, P: 1, Salt: seq(0x40, saltSize)}
-	c, err := wrapMasterKey(master, []byte("correct horse battery staple"), kdf, seq(0x60, wrapNonceSize))
+	l2, err := newLayer(master, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got["config_ad"] = hex.EncodeToString(kdf.wrapAD())
-	got["wrapped_key"] = hex.EncodeToString(c.WrappedKey)
-	got["checksum"] = c.Checksum
-	if err := c.validate(); err != nil {
-		t.Errorf("the config vector does not validate: %v", err)
-	}
-	if m, err := c.unwrap([]byte("correct horse battery staple"), "vector"); err != nil || hex.EncodeToString(m) != hex.EncodeToString(master) {
-		t.Errorf("the config vector does not unwrap: %v", err)
+	got["name_v2"], _ = l2.EncodeName(seq(0x20, dirIDSize), "Hello, shale ☃.txt")
+	for _, v := range []struct {
+		suffix string
+		c      config
+	}{{"", config{Version: 1}}, {"_v2", config{Version: 2, FillHoles: true}}} {
+		c := v.c
+		c.Format = configFormat
+		c.KDF = kdfParams{Name: kdfScrypt, LogN: 10, R: 8, P: 1, Salt: seq(0x40, saltSize)}
+		c.Nonce = seq(0x60, wrapNonceSize)
+		if err := c.wrap(master, []byte("correct horse battery staple")); err != nil {
+			t.Fatal(err)
+		}
+		got["config_ad"+v.suffix] = hex.EncodeToString(c.wrapAD())
+		got["wrapped_key"+v.suffix] = hex.EncodeToString(c.WrappedKey)
+		got["checksum"+v.suffix] = c.Checksum
+		if err := c.validate(); err != nil {
+			t.Errorf("the config%s vector does not validate: %v", v.suffix, err)
+		}
+		if m, err := c.unwrap([]byte("correct horse battery staple"), "vector"); err != nil || hex.EncodeToString(m) != hex.EncodeToString(master) {
+			t.Errorf("the config%s vector does not unwrap: %v", v.suffix, err)
+		}
 	}
 	return got
 }

@@ -15,18 +15,28 @@ import (
 
 // Layer is an open crypt file system: the ciphers keyed from its master
 // key. It implements the wrap hooks BlockCodec, FileHeader, NameCodec,
-// DirIDer and LinkCodec (Stack gives them to wrap by name); all methods are safe for concurrent use
-// (cipher.AEAD and cipher.Block are).
+// DirIDer, LinkCodec and (format 2) XattrCodec, which Stack gives to wrap
+// by name; all methods are safe for concurrent use (cipher.AEAD and
+// cipher.Block are).
 type Layer struct {
 	content cipher.AEAD // AES-256-GCM, 16-byte nonces: file blocks
 	names   *siv        // AES-SIV-CMAC-512: names
 	links   cipher.AEAD // AES-256-GCM, 12-byte nonces: symlink targets
+	xnames  *siv        // AES-SIV-CMAC-512: extended attribute names (xattr.go)
+	xvalues cipher.AEAD // AES-256-GCM, 12-byte nonces: extended attribute values
+
+	// version is the directory's format (shale.conf): from 2 on, names
+	// are padded and extended attributes encrypted.
+	version int
+	// fillHoles makes every block of every file stored encrypted: no
+	// all-zero block reads as a hole (shale init --no-holes).
+	fillHoles bool
 }
 
 // Stack builds the encrypted view over lower, the root of LOWER (the
 // directory Open read the config from), as a layer of st.
 func (l *Layer) Stack(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
-	return wrap.New(ctx, st, lower, wrap.Hooks{Blocks: l, Header: l, Names: l, Dirs: l, Links: l})
+	return wrap.New(ctx, st, lower, wrap.Hooks{Blocks: l, Header: l, Names: l, Dirs: l, Links: l, Xattrs: l.xattrCodec(), FillHoles: l.fillHoles})
 }
 
 func init() {
@@ -82,8 +92,9 @@ const (
 )
 
 // newLayer derives the subkeys from the master key and builds the ciphers
-// once, so the hot path (EncodeBlock/DecodeBlock) only uses them.
-func newLayer(master []byte) (*Layer, error) {
+// once, so the hot path (EncodeBlock/DecodeBlock) only uses them; version
+// is the directory's format.
+func newLayer(master []byte, version int) (*Layer, error) {
 	if len(master) != masterKeySize {
 		return nil, fmt.Errorf("master key is %d bytes, want %d", len(master), masterKeySize)
 	}
@@ -99,10 +110,15 @@ func newLayer(master []byte) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	xk, err := hkdf.Key(sha256.New, master, nil, infoXattrs, 64+32)
+	if err != nil {
+		return nil, err
+	}
 	defer clear(ck)
 	defer clear(nk)
 	defer clear(lk)
-	l := &Layer{}
+	defer clear(xk)
+	l := &Layer{version: version}
 	if l.content, err = newGCM(ck, blockNonceSize); err != nil {
 		return nil, err
 	}
@@ -110,6 +126,12 @@ func newLayer(master []byte) (*Layer, error) {
 		return nil, err
 	}
 	if l.links, err = newGCM(lk, linkNonceSize); err != nil {
+		return nil, err
+	}
+	if l.xnames, err = newSIV(xk[:64]); err != nil {
+		return nil, err
+	}
+	if l.xvalues, err = newGCM(xk[64:], xattrNonceSize); err != nil {
 		return nil, err
 	}
 	return l, nil

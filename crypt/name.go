@@ -1,6 +1,7 @@
 package crypt
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -21,9 +22,14 @@ import (
 // produces '/', NUL or a leading '.', so the layer's own files (named with
 // a leading '.') can never collide with a name.
 //
+// From format version 2 on, a name is padded before it is sealed, as
+// gocryptfs does, to a multiple of 16 bytes with PKCS#7 (1 to 16 bytes,
+// each the count), so that lower names tell a name's length only to 16
+// bytes.
+//
 // Names longer than 255 bytes once encoded (plaintext names over 175
-// bytes) are handed back in full; the wrap template stores them under a
-// short hashed name.
+// bytes, 159 when padded) are handed back in full; the wrap template
+// stores them under a short hashed name.
 
 var nameEncoding = base64.RawURLEncoding.Strict()
 
@@ -37,7 +43,11 @@ func (l *Layer) EncodeName(dir []byte, name string) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", err
 	}
-	sealed := l.names.seal(make([]byte, 0, sivTagSize+len(name)), [][]byte{dir}, []byte(name))
+	plain := []byte(name)
+	if l.version >= 2 {
+		plain = padName(plain)
+	}
+	sealed := l.names.seal(make([]byte, 0, sivTagSize+len(plain)), [][]byte{dir}, plain)
 	return nameEncoding.EncodeToString(sealed), nil
 }
 
@@ -55,6 +65,11 @@ func (l *Layer) DecodeName(dir []byte, lower string) (string, error) {
 	plain, err := l.names.open(sealed[:0:0], [][]byte{dir}, sealed)
 	if err != nil {
 		return "", errNameAuth
+	}
+	if l.version >= 2 {
+		if plain, err = unpadName(plain); err != nil {
+			return "", errNameAuth
+		}
 	}
 	name := string(plain)
 	if checkName(name) != nil {
@@ -76,4 +91,26 @@ func checkName(name string) error {
 		return fmt.Errorf("name of %d bytes, at most %d: %w", len(name), maxNameLen, syscall.ENAMETOOLONG)
 	}
 	return nil
+}
+
+// namePad is the multiple padded names are sealed at.
+const namePad = 16
+
+// padName appends PKCS#7 padding to a multiple of namePad bytes.
+func padName(name []byte) []byte {
+	k := namePad - len(name)%namePad
+	return append(name, bytes.Repeat([]byte{byte(k)}, k)...)
+}
+
+// unpadName strips padName's padding, which must be exact: a name sealed
+// with other padding was not written by this layer.
+func unpadName(p []byte) ([]byte, error) {
+	if len(p) == 0 || len(p)%namePad != 0 {
+		return nil, errNameAuth
+	}
+	k := int(p[len(p)-1])
+	if k == 0 || k > namePad || !bytes.Equal(p[len(p)-k:], bytes.Repeat([]byte{byte(k)}, k)) {
+		return nil, errNameAuth
+	}
+	return p[:len(p)-k], nil
 }

@@ -90,7 +90,7 @@ func TestNameTamper(t *testing.T) {
 			t.Errorf("DecodeName(%q) = %q, want an error", lower, got)
 		}
 	}
-	l2, _ := newLayer(make([]byte, masterKeySize))
+	l2, _ := newLayer(make([]byte, masterKeySize), 1)
 	if _, err := l2.DecodeName(dirA, enc); err == nil {
 		t.Error("a name decoded under another master key")
 	}

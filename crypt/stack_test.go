@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/stack"
 )
@@ -31,23 +30,11 @@ type tstack struct {
 
 func newStack(t *testing.T) *tstack {
 	t.Helper()
-	lower := initDir(t, "p")
-	st := stack.New(stack.Options{})
-	hroot, err := hostfs.New(st, lower)
+	s, err := stackOver(t, initDir(t, "p"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(ctx, hroot, lower, []byte("p"))
-	if err != nil {
-		hroot.Forget()
-		t.Fatal(err)
-	}
-	root, err := l.Stack(ctx, st, hroot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Forget(); hroot.Forget() })
-	return &tstack{st: st, t: t, l: l, lower: lower, root: root}
+	return s
 }
 
 func (s *tstack) create(dir layer.Node, name string, data []byte) layer.Node {

@@ -29,7 +29,7 @@ type Layer struct {
 	Name    string
 	Options map[string]string
 	// Secret is what the kind's Prepare obtained. It never goes into a
-	// file or an argument.
+	// file or an argument, and Build clears it once the layer is open.
 	Secret []byte
 }
 
@@ -151,6 +151,12 @@ func (sp *Spec) Build(ctx context.Context) (*Stack, []layer.Node, error) {
 			return nil, nil, fmt.Errorf("layer %s over %s: %v", l.Name, sp.Lower, err)
 		}
 		nodes = append(nodes, n)
+	}
+	// The layers hold their keys now: a passphrase kept for the whole
+	// mount would only be there to be found in a core dump or swap.
+	for i := range sp.Layers {
+		clear(sp.Layers[i].Secret)
+		sp.Layers[i].Secret = nil
 	}
 	return st, nodes, nil
 }

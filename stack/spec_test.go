@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	_ "github.com/shalefs/shale/crypt"
 	_ "github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -75,5 +77,29 @@ func TestParseFileExports(t *testing.T) {
 		if _, err := stack.ParseFile(p); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
 		}
+	}
+}
+
+// Build clears the secrets its layers were opened with: a passphrase
+// must not stay in memory for the whole mount.
+func TestBuildClearsSecrets(t *testing.T) {
+	var got []byte
+	stack.Register(stack.Kind{Name: "secretive", Short: "test",
+		Open: func(ctx context.Context, st *stack.Stack, lower layer.Node, dir string, l stack.Layer) (layer.Node, error) {
+			got = append([]byte(nil), l.Secret...)
+			return lower, nil
+		}})
+	secret := []byte("passphrase")
+	sp := &stack.Spec{Lower: t.TempDir(), Layers: []stack.Layer{{Name: "secretive", Secret: secret}}}
+	_, nodes, err := sp.Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodes[0].Forget()
+	if string(got) != "passphrase" {
+		t.Fatalf("the layer was opened with %q", got)
+	}
+	if sp.Layers[0].Secret != nil || string(secret) != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" {
+		t.Errorf("after Build the secret is %q (spec) and %q (its bytes)", sp.Layers[0].Secret, secret)
 	}
 }

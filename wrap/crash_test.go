@@ -169,6 +169,7 @@ func layerOver(t *testing.T, dir string, c *crasher) (layer.Node, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(lower.Forget)
+	giveRootID(t, dir)
 	if c != nil {
 		lower = &crashNode{lower, c}
 	}

@@ -6,8 +6,9 @@
 //
 //   - BlockCodec transforms file data a block at a time. wrap reads,
 //     modifies and writes partial blocks, keeps holes (a block stored as
-//     all zeros reads as zeros), truncates and extends, and translates
-//     sizes when blocks grow by an overhead.
+//     all zeros reads as zeros, unless FillHoles stores every block
+//     encoded), truncates and extends, and translates sizes when blocks
+//     grow by an overhead.
 //   - FileHeader puts a header (the file's identity) before the first block.
 //   - NameCodec maps names per directory, with DirIDer for the directory's
 //     identity; names too long for the lower file system are stored under
@@ -15,10 +16,11 @@
 //     hidden.
 //   - LinkCodec maps symlink targets; stored forms too long for a lower
 //     symlink go into sidecars, as long names do. SetattrChecker vets
-//     attribute changes.
+//     attribute changes. XattrCodec maps the extended attributes it takes
+//     (names and values, bound to a per-file identity).
 //
 // Everything else — links, renames (with RENAME_NOREPLACE and _EXCHANGE),
-// extended attributes, locks, statfs — passes through. The smallest layer,
+// other extended attributes, locks, statfs — passes through. The smallest layer,
 // rot13 (package rot13), is a BlockCodec of a dozen lines:
 //
 //	type codec struct{}

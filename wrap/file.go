@@ -54,20 +54,32 @@ func (n *node) lowerLen(ctx context.Context, h layer.Handle) (uint64, layer.Errn
 	return a.Size, 0
 }
 
-// header returns the file's header, making one if the file has none and
-// create is set; nil if the layer has no headers or the file is empty.
+// header returns the file's header, making one if the file has no data
+// and create is set; nil if the layer has no headers or the file is empty.
+//
+// A file with no data gets a new header even if it holds one: a header
+// kept would let someone who can write the lower file system plant
+// another file's there (its file ID), so that the blocks written next are
+// bound to that file and can be moved into it unseen (gocryptfs' audit,
+// finding 2.2).
 func (n *node) header(ctx context.Context, h layer.Handle, lowerLen uint64, create bool) ([]byte, layer.Errno) {
 	fs := n.fs
 	if fs.header == nil {
 		return nil, 0
 	}
-	if lowerLen == 0 {
+	if fs.plainSize(lowerLen) == 0 {
 		if !create {
 			return nil, 0
 		}
 		hdr, err := fs.header.NewHeader()
 		if err != nil {
 			return nil, syscall.EIO
+		}
+		if lowerLen > 0 {
+			// Bytes after the old header would read as a block.
+			if e := n.setLowerSize(ctx, h, 0); e != 0 {
+				return nil, e
+			}
 		}
 		if _, e := writeFull(ctx, h, hdr, 0); e != 0 {
 			// A header cut short would make the file unreadable.
@@ -130,7 +142,7 @@ func (n *node) decodeBlocks(hdr []byte, first uint64, buf []byte) ([]byte, layer
 			fs.log.Error("wrap: block cut short", "token", n.Token(), "block", b)
 			return nil, syscall.EIO
 		}
-		if allZero(stored) {
+		if allZero(stored) && !fs.fill {
 			// A hole: the lower file system never stored this block.
 			out = append(out, make([]byte, uint64(len(stored))-fs.ov)...)
 			continue
@@ -383,6 +395,15 @@ func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uin
 		return 0, e
 	}
 	size := fs.plainSize(ll)
+	if fs.fill && off > size {
+		if e := n.fill(ctx, h, size, off); e != 0 {
+			return 0, e
+		}
+		if ll, e = n.lowerLen(ctx, h); e != 0 {
+			return 0, e
+		}
+		size = fs.plainSize(ll)
+	}
 	hdr, e := n.header(ctx, h, ll, true)
 	if e != 0 {
 		return 0, e
@@ -456,6 +477,12 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	}
 	ctx, unlock := n.lockData(ctx, true)
 	defer unlock()
+	return n.resizeLocked(ctx, lh, size, growOnly)
+}
+
+// resizeLocked is resize through lower handle lh, with the data lock held.
+func (n *node) resizeLocked(ctx context.Context, lh layer.Handle, size uint64, growOnly bool) layer.Errno {
+	fs := n.fs
 	ll, e := n.lowerLen(ctx, lh)
 	if e != 0 {
 		return e
@@ -463,6 +490,9 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	old := fs.plainSize(ll)
 	if growOnly && size <= old {
 		return 0
+	}
+	if fs.fill && size > old {
+		return n.fill(ctx, lh, old, size)
 	}
 	hdr, e := n.header(ctx, lh, ll, size > 0)
 	if e != 0 {
@@ -506,6 +536,24 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 		u.undo(ctx, b+1, 0, old)
 	}
 	return e
+}
+
+// fill grows the file from size from to size to with zeros written as
+// blocks, for FillHoles; the data lock is held. If the lower file system
+// stops it (ENOSPC), the file is cut back to from, whole.
+func (n *node) fill(ctx context.Context, h layer.Handle, from, to uint64) layer.Errno {
+	// A bounded chunk: a large extension is not one large buffer.
+	chunk := uint64(len(zeros)) * 32
+	zero := make([]byte, chunk)
+	for pos := from; pos < to; {
+		k, e := n.writeAt(ctx, h, zero[:min(chunk, to-pos)], pos)
+		if e != 0 {
+			n.resizeLocked(ctx, h, from, false)
+			return e
+		}
+		pos += uint64(k)
+	}
+	return 0
 }
 
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {

@@ -47,10 +47,14 @@ type NameCodec interface {
 // DirIDer gives directories an identity for NameCodec: random bytes the
 // template keeps in a file of each lower directory, named DirIDFile (a name
 // DecodeName refuses, so it stays hidden), written when the layer makes the
-// directory (and in the root, if it has none).
+// directory. The root's must be there before New: the layer writes it when
+// it sets up a lower directory.
 type DirIDer interface {
 	DirIDFile() string
 	NewDirID() ([]byte, error)
+	// DirIDSize is the length of every identity: a file of another
+	// length is damaged.
+	DirIDSize() int
 }
 
 // LinkCodec maps symlink targets, of at most 4095 bytes as in Linux. A
@@ -70,4 +74,29 @@ type LinkCodec interface {
 // lower layer (e.g. setuid on root-owned files).
 type SetattrChecker interface {
 	CheckSetattr(ctx context.Context, current *layer.Attr, in *layer.SetAttr) layer.Errno
+}
+
+// XattrCodec maps extended attributes. Names it does not take pass
+// through unchanged (say ACLs and security labels, which the lower kernel
+// acts on). The others are stored under lower names and values it
+// encodes, bound to the file's identity: XattrIDSize random bytes from
+// NewXattrID, which the template keeps in the file's lower attribute
+// XattrIDName (made at the first attribute set; hidden from listings; one
+// of another length is damaged). A name whose encoding is longer than the
+// lower file system takes (255 bytes) cannot be set (ERANGE). Taken
+// trusted.* names are kept from callers other than root, as Linux does,
+// since the lower file system no longer can.
+type XattrCodec interface {
+	TakesXattr(name string) bool
+	XattrIDName() string
+	XattrIDSize() int
+	NewXattrID() ([]byte, error)
+	EncodeXattrName(id []byte, name string) (string, error)
+	// DecodeXattrName fails for lower names that are not the codec's;
+	// they are hidden.
+	DecodeXattrName(id []byte, lower string) (string, error)
+	SealXattr(id []byte, name string, value []byte) ([]byte, error)
+	// OpenXattr fails (EIO) for a value altered or moved from another
+	// name or file.
+	OpenXattr(id []byte, name string, stored []byte) ([]byte, error)
 }

@@ -239,10 +239,13 @@ func (n *node) loadID(ctx context.Context, repair bool) ([]byte, layer.Errno) {
 }
 
 // readDirID reads the identity of lower directory d: ENOENT if it has no
-// identity file, EIO if it is damaged (empty, too long, unreadable).
+// identity file, EIO if it is damaged (of the wrong length, unreadable).
 func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
 	id, e := readSmall(ctx, d, f.dirs.DirIDFile(), maxDirID)
-	if e == 0 && len(id) == 0 {
+	if e == 0 && len(id) != f.dirs.DirIDSize() {
+		if len(id) > 0 { // empty: an older version's crash, repaired quietly
+			f.log.Error("wrap: a directory's identity file has the wrong length", "token", d.Token(), "len", len(id), "want", f.dirs.DirIDSize())
+		}
 		return nil, syscall.EIO
 	}
 	return id, e
@@ -464,6 +467,12 @@ func (n *node) decodeName(ctx context.Context, lname string) (string, bool) {
 	if n.fs.isLong(lname) {
 		b, e := n.readSidecar(ctx, lname)
 		if e != 0 {
+			return "", false
+		}
+		// A sidecar swapped for another's, or copied beside a second
+		// stand-in, would list a name twice or under the wrong entry.
+		if hashName(longPrefix, b) != lname {
+			n.fs.log.Error("wrap: a long name's sidecar does not match its stand-in", "token", n.Lower.Token(), "name", lname)
 			return "", false
 		}
 		enc = string(b)

@@ -21,6 +21,8 @@ type fs struct {
 	dirs   DirIDer
 	links  LinkCodec
 	attrs  SetattrChecker
+	xattrs XattrCodec
+	fill   bool // Hooks.FillHoles
 
 	bs, ov, hs uint64 // block size, block overhead, header size
 	log        *slog.Logger
@@ -47,6 +49,13 @@ type Hooks struct {
 	Dirs   DirIDer
 	Links  LinkCodec
 	Attrs  SetattrChecker
+	Xattrs XattrCodec
+	// FillHoles stores every block encoded: growing a file or filling a
+	// hole writes encoded zeros, and a block stored as all zeros is
+	// decoded like any other (and fails, for an authenticating codec),
+	// not read as a hole. Without it, someone who can write the lower
+	// file system can zero blocks, or grow a file with zeros, unseen.
+	FillHoles bool
 }
 
 // New builds a layer of st over lower from hooks. lower stays the
@@ -55,6 +64,7 @@ func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (l
 	f := &fs{log: slog.Default(), lowerRoot: lower, st: st,
 		blocks: hooks.Blocks, header: hooks.Header, names: hooks.Names,
 		dirs: hooks.Dirs, links: hooks.Links, attrs: hooks.Attrs,
+		xattrs: hooks.Xattrs, fill: hooks.FillHoles,
 		tag: newTag(), pending: map[pendingName]int{}}
 	if f.header != nil && f.blocks == nil {
 		return nil, errors.New("wrap: a FileHeader needs a BlockCodec")
@@ -74,14 +84,10 @@ func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (l
 	}
 	root := &node{PassThrough: layer.PassThrough{Lower: lower}, fs: f, root: true}
 	if f.dirs != nil {
-		_, e := root.id(ctx)
-		if e == syscall.ENOENT {
-			var id []byte
-			if id, e = f.newDirID(); e == 0 {
-				e = f.putDirID(ctx, lower, id, unixRenameNoReplace)
-			}
-		}
-		if e != 0 {
+		// The root's identity is the layer's to make (when it sets up a
+		// directory), never the template's: one made here over a lost one
+		// would hide every entry of the root for good.
+		if _, e := root.id(ctx); e != 0 {
 			return nil, fmt.Errorf("wrap: the root directory's identity file (%s): %v", f.dirs.DirIDFile(), e)
 		}
 	}
@@ -125,8 +131,9 @@ type node struct {
 	fs   *fs
 	root bool
 
-	mu    sync.Mutex
-	dirID []byte // cached identity for NameCodec
+	mu      sync.Mutex
+	dirID   []byte // cached identity for NameCodec
+	xattrID []byte // cached identity for XattrCodec (xattr.go)
 }
 
 func (f *fs) wrapNode(lower layer.Node) *node {

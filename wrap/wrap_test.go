@@ -86,6 +86,7 @@ func (toy) DecodeName(dir []byte, l string) (string, error) {
 
 func (toy) DirIDFile() string         { return ".id" }
 func (toy) NewDirID() ([]byte, error) { return []byte{1, 2}, nil }
+func (toy) DirIDSize() int            { return 2 }
 
 func (toy) EncodeLink(t []byte) ([]byte, error) { return append([]byte("L:"), t...), nil }
 func (toy) LinkSize(stored uint64) uint64       { return stored - 2 }
@@ -108,6 +109,9 @@ func newLayer(t *testing.T, hooks Hooks) (string, layer.Node) {
 		t.Fatal(err)
 	}
 	t.Cleanup(lower.Forget)
+	if hooks.Dirs != nil {
+		giveRootID(t, dir)
+	}
 	n, err := New(ctx, st, lower, hooks)
 	if err != nil {
 		t.Fatal(err)
@@ -115,10 +119,53 @@ func newLayer(t *testing.T, hooks Hooks) (string, layer.Node) {
 	return dir, n
 }
 
+// giveRootID does what a layer's setup does before New: it gives the
+// root directory dir toy's identity, unless it has one.
+func giveRootID(t *testing.T, dir string) {
+	t.Helper()
+	err := os.WriteFile(filepath.Join(dir, toy{}.DirIDFile()), []byte{1, 2}, 0o444)
+	if err != nil && !os.IsPermission(err) {
+		t.Fatal(err)
+	}
+}
+
+// New never makes the root's identity: one made over a lost one would
+// hide every entry of the root.
+func TestNewRefusesRootWithoutIdentity(t *testing.T) {
+	dir := t.TempDir()
+	st := stack.New(stack.Options{})
+	lower, err := hostfs.New(st, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lower.Forget()
+	if _, err := New(ctx, st, lower, toyHooks); err == nil || !strings.Contains(err.Error(), "identity file") {
+		t.Fatalf("New over a root without its identity: %v, want an error naming the identity file", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, toy{}.DirIDFile())); !os.IsNotExist(err) {
+		t.Fatalf("New made a root identity: %v", err)
+	}
+	for _, bad := range [][]byte{{1}, {1, 2, 3}} {
+		os.Remove(filepath.Join(dir, toy{}.DirIDFile()))
+		os.WriteFile(filepath.Join(dir, toy{}.DirIDFile()), bad, 0o644)
+		if _, err := New(ctx, st, lower, toyHooks); err == nil {
+			t.Fatalf("New over a root identity of %d bytes: no error", len(bad))
+		}
+	}
+}
+
 // Random writes, truncates and reads through the layer agree with a byte
-// slice, and the lower file always has the size the layout implies.
+// slice, and the lower file always has the size the layout implies; with
+// FillHoles, no stored block is ever all zeros (a hole).
 func TestDataAgainstModel(t *testing.T) {
-	dir, root := newLayer(t, toyHooks)
+	filled := toyHooks
+	filled.FillHoles = true
+	t.Run("holes", func(t *testing.T) { dataAgainstModel(t, toyHooks) })
+	t.Run("filled", func(t *testing.T) { dataAgainstModel(t, filled) })
+}
+
+func dataAgainstModel(t *testing.T, hooks Hooks) {
+	dir, root := newLayer(t, hooks)
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 20; round++ {
 		var a layer.Attr
@@ -170,6 +217,11 @@ func TestDataAgainstModel(t *testing.T) {
 			}
 			if e := n.Getattr(ctx, h, &a); e != 0 || a.Size != uint64(len(model)) {
 				t.Fatalf("size %d, model %d (%v)", a.Size, len(model), e)
+			}
+			if hooks.FillHoles {
+				if b := zeroBlock(t, n); b >= 0 {
+					t.Fatalf("round %d step %d: block %d is stored as zeros", round, step, b)
+				}
 			}
 		}
 		h.Release(ctx)
@@ -343,4 +395,28 @@ func TestLongNamesSurviveNoOps(t *testing.T) {
 		t.Fatalf("%d names after renaming a link onto its twin, want 2", k)
 	}
 	c.Forget()
+}
+
+// zeroBlock gives the first block of toy file n stored as all zeros, or -1.
+func zeroBlock(t *testing.T, n layer.Node) int {
+	t.Helper()
+	h, e := n.(*node).Lower.Open(ctx, syscall.O_RDONLY)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer h.Release(ctx)
+	buf := make([]byte, 1<<16)
+	k, e := h.Read(ctx, buf, 0)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	stored := buf[min(k, toy{}.HeaderSize()):k]
+	for b := 0; len(stored) > 0; b++ {
+		blk := stored[:min(len(stored), toy{}.BlockSize()+toy{}.Overhead())]
+		if allZero(blk) {
+			return b
+		}
+		stored = stored[len(blk):]
+	}
+	return -1
 }

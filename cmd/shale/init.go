@@ -18,10 +18,10 @@ import (
 
 func init() {
 	var layerName, passfile string
-	var force bool
+	var force, noHoles bool
 	var logN int
 	cmd := &cobra.Command{
-		Use:   "init --layer crypt [--passfile F] [--force] LOWER",
+		Use:   "init --layer crypt [--passfile F] [--force] [--no-holes] LOWER",
 		Short: "prepare LOWER for a layer that keeps state (crypt: an encrypted directory)",
 		Long: `init prepares LOWER for a layer. Only crypt needs it: init makes a random
 master key, wraps it under a passphrase (scrypt, then AES-256-GCM) and writes
@@ -31,7 +31,13 @@ can be read, whatever the passphrase.
 The passphrase is asked twice on the terminal, or read from the first line of
 --passfile F, or from the first line of standard input when that is not a
 terminal. LOWER is a directory, created if missing, or 9p://HOST:PORT/ANAME
-of a 9P server; it must be empty unless --force. See docs/crypt-format.md.`,
+of a 9P server; it must be empty unless --force.
+
+--no-holes stores every block of every file encrypted, so that someone who
+can write LOWER cannot make a file read zeros (by zeroing its blocks, or
+growing it with zeros). It costs space: a sparse file (truncate -s 1G) takes
+its full size, and growing it writes that many encrypted zeros. It is fixed
+at init. See docs/crypt-format.md, "Threat model".`,
 		Args: argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
 			lower := args[0]
@@ -55,13 +61,14 @@ of a 9P server; it must be empty unless --force. See docs/crypt-format.md.`,
 				}
 			}
 			return stack.UseLower(lower, func(root layer.Node) error {
-				return crypt.Init(context.Background(), root, lower, pass, crypt.Options{ScryptLogN: logN, Force: force})
+				return crypt.Init(context.Background(), root, lower, pass, crypt.Options{ScryptLogN: logN, Force: force, FillHoles: noHoles})
 			})
 		},
 	}
 	cmd.Flags().StringVar(&layerName, "layer", "", "the layer to prepare LOWER for: crypt")
 	cmd.Flags().StringVar(&passfile, "passfile", "", "read the passphrase from the first line of this file")
 	cmd.Flags().BoolVar(&force, "force", false, "initialise a LOWER that is not empty (its files stay as they are, hidden)")
+	cmd.Flags().BoolVar(&noHoles, "no-holes", false, "store every block encrypted: no all-zero block reads as a hole (sparse files take their full size)")
 	// Tests use a cheap scrypt; the default suits people.
 	cmd.Flags().IntVar(&logN, "scrypt-logn", 0, "log2 of scrypt's cost N (default 16)")
 	cmd.Flags().MarkHidden("scrypt-logn")

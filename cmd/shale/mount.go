@@ -296,6 +296,7 @@ func daemonize(secret []byte) error {
 	sr.Close()
 	sw.Write(secret) // a pipe holds far more than a passphrase
 	sw.Close()
+	clear(secret)
 	msg, _ := io.ReadAll(r)
 	if s := strings.TrimSpace(string(msg)); s != "ok" {
 		if s == "" {

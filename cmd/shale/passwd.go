@@ -103,13 +103,18 @@ func newPassphraseFrom(file, what string) ([]byte, error) {
 	return p, nil
 }
 
-// readPassfile returns the first line of file, without its line end.
+// readPassfile returns the first line of file, without its line end. A
+// file others may read is used, with a warning: refusing it would break
+// mounts that worked.
 func readPassfile(file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("read passphrase file: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o044 != 0 {
+		fmt.Fprintf(os.Stderr, "shale: warning: passphrase file %s is readable by group or others (mode %04o): chmod 600 %s\n", file, fi.Mode().Perm(), file)
+	}
 	line, err := firstLine(bufio.NewReader(f))
 	if err != nil {
 		return nil, fmt.Errorf("read passphrase file %s: %w", file, err)

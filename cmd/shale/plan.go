@@ -216,7 +216,12 @@ func (p *plan) secrets() []byte {
 func (p *plan) receiveSecrets(r io.ReadCloser) error {
 	defer r.Close()
 	var s [][]byte
-	if err := json.NewDecoder(r).Decode(&s); err != nil || len(s) != len(p.spec.Layers) {
+	b, err := io.ReadAll(r)
+	if err == nil {
+		err = json.Unmarshal(b, &s)
+	}
+	clear(b) // the secrets live on only in the spec, until Build
+	if err != nil || len(s) != len(p.spec.Layers) {
 		return fmt.Errorf("the serving process got no secrets from its parent (%v)", err)
 	}
 	for i := range p.spec.Layers {

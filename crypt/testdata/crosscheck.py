@@ -50,6 +50,10 @@ assert AESGCM(ck).decrypt(stored[:16], stored[16:], file_id + struct.pack(">Q", 
 # A name: base64url(AES-SIV(name key, [directory ID], name)).
 name = b64url(AESSIV(nk).encrypt("Hello, shale ☃.txt".encode(), [seq(0x20, 16)]))
 print("name", name)
+# Format 2 pads the name to a multiple of 16 bytes first (PKCS#7).
+plain = "Hello, shale ☃.txt".encode()
+k = 16 - len(plain) % 16
+print("name_v2", b64url(AESSIV(nk).encrypt(plain + bytes([k]) * k, [seq(0x20, 16)])))
 
 # A symlink target: base64url(nonce || AES-256-GCM(link key, nonce, target, no AD)).
 nonce = seq(0xC0, 12)
@@ -58,12 +62,14 @@ print("link", b64url(nonce + AESGCM(lk).encrypt(nonce, "../ünï/target".encode(
 stored = b64url(nonce + AESGCM(lk).encrypt(nonce, b"t/" * 1550, None))
 print("long_link", ".shale.T." + b64url(hashlib.sha256(stored.encode()).digest()))
 
-# The config: the master key wrapped under scrypt(passphrase).
+# The config: the master key wrapped under scrypt(passphrase). Format 2
+# binds its flags (bit 0: fill_holes) after the salt.
 salt, log_n, r, p = seq(0x40, 32), 10, 8, 1
-ad = b"shale-crypt v1 scrypt\x00" + bytes([log_n]) + struct.pack(">II", r, p) + salt
 kek = Scrypt(salt=salt, length=32, n=1 << log_n, r=r, p=p).derive(b"correct horse battery staple")
 nonce = seq(0x60, 12)
-wrapped = AESGCM(kek).encrypt(nonce, master, ad)
-print("config_ad", ad.hex())
-print("wrapped_key", wrapped.hex())
-print("checksum", hashlib.sha256(ad + nonce + wrapped).hexdigest())
+for version, suffix, flags in ((1, "", b""), (2, "_v2", b"\x01")):
+    ad = b"shale-crypt v%d scrypt\x00" % version + bytes([log_n]) + struct.pack(">II", r, p) + salt + flags
+    wrapped = AESGCM(kek).encrypt(nonce, master, ad)
+    print("config_ad" + suffix, ad.hex())
+    print("wrapped_key" + suffix, wrapped.hex())
+    print("checksum" + suffix, hashlib.sha256(ad + nonce + wrapped).hexdigest())
