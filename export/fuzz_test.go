@@ -8,6 +8,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/p9wire"
 )
 
 // seeds are message sequences of a whole session (also in
@@ -15,6 +18,7 @@ import (
 func seeds() [][]byte {
 	const nofid = ^uint32(0)
 	cat := func(ms ...[]byte) []byte { return bytes.Join(ms, nil) }
+	dropped := journal.Append(nil, &journal.Record{Kind: journal.Dropped, Qid: p9wire.Qid{Type: p9wire.QTDir, Path: 1}})
 	hello := cat(
 		frame(tVersion, 0xffff, uint32(8192), "9P2000.L"),
 		frame(tAttach, 1, uint32(0), nofid, "", "", uint32(nobodyUid)),
@@ -88,6 +92,25 @@ func seeds() [][]byte {
 			twalk(7, 0, 2, blockName),
 			frame(tFlush, 8, uint16(7)),
 			frame(tVersion, 0xffff, uint32(8192), "9P2000.L")),
+		// The journal tree: create a journal, read stats, follow a
+		// directory, drop it, read (and flush) the journal, list the tree.
+		cat(hello,
+			frame(tAttach, 2, uint32(5), nofid, "", journal.Aname, uint32(nobodyUid)),
+			frame(tLcreate, 3, uint32(5), "01234567-89ab-cdef-0123-456789abcdef", uint32(2), uint32(0o600), nofid),
+			twalk(4, 5, 6, "..", "stats"),
+			frame(tLopen, 5, uint32(6), uint32(0)),
+			frame(tRead, 6, uint32(6), uint64(0), uint32(4000)),
+			frame(tGetattr, 7, uint32(6), uint64(0x3fff)),
+			frame(tMkdir, 8, uint32(0), "j", uint32(0o755), nofid),
+			twalk(9, 0, 1, "j"),
+			frame(tGetattr, 10, uint32(1), uint64(0x3fff)),
+			frame(tWrite, 11, uint32(5), uint64(0), uint32(len(dropped)), dropped),
+			frame(tRead, 12, uint32(5), uint64(0), uint32(4000)),
+			frame(tFlush, 13, uint16(12)),
+			twalk(14, 5, 7, ".."),
+			frame(tLopen, 15, uint32(7), uint32(0)),
+			frame(tReaddir, 16, uint32(7), uint64(0), uint32(4000)),
+			frame(tUnlinkat, 17, uint32(0), "j", uint32(0x200))),
 	}
 }
 
@@ -125,7 +148,8 @@ func FuzzServe(f *testing.F) {
 		select {
 		case <-served:
 		case <-time.After(10 * time.Second):
-			t.Fatal("ServeConn did not return after the client went")
+			buf := make([]byte, 1<<20)
+			t.Fatalf("ServeConn did not return after the client went:\n%s", buf[:runtime.Stack(buf, true)])
 		}
 		<-wrote
 		if n := fx.s.panics.Load(); n != 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hugelgupf/p9/linux"
 
+	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
@@ -488,5 +489,29 @@ func TestJournalLowerChange(t *testing.T) {
 			strings.Contains(all, "change "+strconv.FormatUint(root.Path, 10)+" attrs entry 0 new") {
 			break
 		}
+	}
+}
+
+// Changes made through a FUSE view of the same stack reach journals.
+func TestJournalFUSEChange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting FUSE needs root")
+	}
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), []byte("old"), 0o644)
+	mnt := t.TempDir()
+	srv, err := fuseview.Mount(mnt, f.st, f.host, fuseview.Options{Timeout: time.Hour, Coherent: true, Source: f.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Unmount() })
+	c := f.jdial(t, testUUID, true)
+	qf := c.walkTo(t, 1, "f")
+	if err := os.Chmod(filepath.Join(mnt, "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "change " + strconv.FormatUint(qf.Path, 10) + " attrs"
+	if s := shows(c.read(t, 0)); len(s) == 0 || s[0] != want {
+		t.Fatalf("records after a chmod through FUSE: %q, want first %q", s, want)
 	}
 }

@@ -117,7 +117,9 @@ func (c *conn) loop() {
 		select {
 		case c.slots <- struct{}{}:
 		case <-c.ctx.Done():
+			// Never served: a Tflush of it must not wait for it.
 			cancel()
+			close(q.done)
 			return
 		}
 		c.flight.Go(func() {
