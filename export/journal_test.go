@@ -288,6 +288,23 @@ func TestJournalBlockedRead(t *testing.T) {
 		t.Fatalf("replies by tag: %v; want an error for the read and Rclunk", tags)
 	}
 
+	// A Tversion ends the reads of the session before.
+	if _, err := c.c.Write(frame(tRead, 9, uint32(jfid), uint64(0), uint32(4096))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.c.Write(frame(tVersion, 0xffff, uint32(64<<10), "9P2000.L")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []uint8{rLerror, tVersion + 1} {
+		if typ, _, err := c.recv(); err != nil || typ != want {
+			t.Fatalf("after Tversion: type %d %v, want %d", typ, err, want)
+		}
+	}
+	c.must(t, "attach", frame(tAttach, 1, uint32(0), ^uint32(0), "", "", uint32(0)))
+	c.must(t, "attach #journal", frame(tAttach, 2, uint32(jfid), ^uint32(0), "", journal.Aname, uint32(0)))
+	c.must(t, "walk", twalk(3, jfid, jfid, testUUID))
+	c.must(t, "open", frame(tLopen, 3, uint32(jfid), uint32(syscall.O_RDWR)))
+
 	// The connection's end ends a read.
 	if _, err := c.c.Write(frame(tRead, 9, uint32(jfid), uint64(0), uint32(4096))); err != nil {
 		t.Fatal(err)

@@ -74,7 +74,9 @@ func (c *conn) loop() {
 		d := &p9wire.Dec{B: body}
 		switch h.Type {
 		case p9wire.Tversion:
-			// A new session: it waits for the requests of the old.
+			// A new session: it waits for the requests of the old, and
+			// ends the journal reads among them, which could wait for ever.
+			c.stopJournalReads()
 			c.flight.Wait()
 			c.send(nil, h.Tag, c.version(h.Tag, d))
 			continue
