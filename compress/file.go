@@ -64,12 +64,26 @@ func (s *fstate) current(a *layer.Attr) bool {
 	return s.known && s.fp == fpOf(a) && (s.kind != kindCompr || s.table)
 }
 
+// view takes the file's lock for reading, with its state current; a
+// damaged file is EIO.
+func (f *file) view(ctx context.Context) (*fstate, func(), layer.Errno) {
+	s := f.n.st
+	unlock, e := s.begin(ctx, f.lf(), false)
+	if e != 0 {
+		return nil, nil, e
+	}
+	if s.kind == kindDamaged {
+		unlock()
+		return nil, nil, syscall.EIO
+	}
+	return s, unlock, 0
+}
+
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
 	if len(dest) == 0 || off < 0 {
 		return 0, 0
 	}
-	s := f.n.st
-	unlock, e := s.begin(ctx, f.lf(), false)
+	s, unlock, e := f.view(ctx)
 	if e != 0 {
 		return 0, e
 	}
@@ -79,8 +93,6 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Err
 		return 0, 0
 	case kindPlain:
 		return f.lower.Read(ctx, dest, off)
-	case kindDamaged:
-		return 0, syscall.EIO
 	}
 	start, size := uint64(off), s.hdr.size
 	if start >= size {
@@ -260,17 +272,13 @@ func (f *file) Allocate(ctx context.Context, off, size int64, mode uint32) layer
 // Lseek serves SEEK_DATA and SEEK_HOLE: holes are the pages (4 KiB) that
 // read as zeros, stored or not.
 func (f *file) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
-	s := f.n.st
-	unlock, e := s.begin(ctx, f.lf(), false)
+	s, unlock, e := f.view(ctx)
 	if e != 0 {
 		return 0, e
 	}
 	defer unlock()
-	switch s.kind {
-	case kindPlain:
+	if s.kind == kindPlain {
 		return f.lower.Lseek(ctx, off, whence)
-	case kindDamaged:
-		return 0, syscall.EIO
 	}
 	const seekData, seekHole = 3, 4
 	if whence != seekData && whence != seekHole {
