@@ -88,7 +88,7 @@ for t in "${trees[@]}"; do
 		mkdir -p "$zdir/$(dirname "$f")"; zstd -3 -q -c -- "$f" >"$zdir/$f.zst"; done )
 	zst=$(du -sb "$zdir" | cut -f1); zst_k=$(du -sk "$zdir" | cut -f1)
 	floor=$(tar -C "$t" -cf - . | zstd -3 -q -c | wc -c)
-	diff -r "$t" "$(mnt_of compress)/$name" >/dev/null || { echo "run.sh: $name differs through the mount" >&2; exit 1; }
+	diff -r --no-dereference "$t" "$(mnt_of compress)/$name" >/dev/null || { echo "run.sh: $name differs through the mount" >&2; exit 1; }
 	awk -v n="$name" -v o="$orig" -v ok="$orig_k" -v c="$comp" -v ck="$comp_k" -v z="$zst" -v zk="$zst_k" -v f="$floor" 'BEGIN {
 		m = 1048576
 		printf "| %s | %.1f MiB (du %.1f) | %.1f MiB (du %.1f) | %.1f MiB (du %.1f) | %.1f MiB | %.3f (du %.3f) |\n", n, o/m, ok/1024, c/m, ck/1024, z/m, zk/1024, f/m, c/z, ck/zk
