@@ -12,8 +12,12 @@
 #   -d WORKDIR  where lower directories and mount points go (default
 #               /var/tmp/shale-bench; must be on a disk file system)
 #   -s SYSTEMS  comma-separated subset of: native,shale,shale-nopt,loopback,
-#               bindfs,rot13,crypt,gocryptfs (default: the first five, the
-#               loop view's comparison; docs/benchmarks.md has the layers')
+#               bindfs,rot13,crypt,crypt-noholes,crypt-base,gocryptfs
+#               (default: the first five, the loop view's comparison;
+#               docs/benchmarks.md has the layers'). crypt-noholes is crypt
+#               initialised with --no-holes; crypt-base is crypt served by
+#               the shale binary SHALE_BENCH_BASE (an earlier build), to
+#               measure a change in one run.
 #
 # Needs root (drop_caches, allow_other). See docs/benchmarks.md.
 set -euo pipefail
@@ -38,7 +42,10 @@ done
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
 IFS=, read -r -a syslist <<<"$systems"
 for s in "${syslist[@]}"; do
-	case $s in native | shale | shale-nopt | loopback | bindfs | rot13 | crypt | gocryptfs) ;; *) echo "run.sh: unknown system '$s'" >&2; exit 2 ;; esac
+	case $s in native | shale | shale-nopt | loopback | bindfs | rot13 | crypt | crypt-noholes | gocryptfs) ;;
+	crypt-base) [ -x "${SHALE_BENCH_BASE:-}" ] || { echo "run.sh: crypt-base needs SHALE_BENCH_BASE, the path of an earlier shale binary" >&2; exit 2; } ;;
+	*) echo "run.sh: unknown system '$s'" >&2; exit 2 ;;
+	esac
 done
 
 SRC=/usr/local/go/src       # the source tree the metadata workloads copy
@@ -56,6 +63,7 @@ tmp=$(mktemp -d /tmp/shale-bench.XXXXXX)
 # A private copy: others rebuilding bin/shale during the run change nothing.
 cp bin/shale "$tmp/shale"
 shale=$tmp/shale
+[ -z "${SHALE_BENCH_BASE:-}" ] || cp "$SHALE_BENCH_BASE" "$tmp/shale-base"
 ( cd "$root" && CGO_ENABLED=0 go build -o "$tmp/loopback" github.com/hanwen/go-fuse/v2/example/loopback )
 gofuse=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2)
 for t in fio bindfs gocryptfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
@@ -95,11 +103,14 @@ mount_sys() {
 	shale) "$shale" mount "$lower" "$mnt" ;;
 	shale-nopt) "$shale" mount --no-passthrough "$lower" "$mnt" ;;
 	rot13) "$shale" mount --layer rot13 "$lower" "$mnt" ;;
-	crypt)
+	crypt | crypt-noholes | crypt-base)
 		# A fresh config in every turn, as for gocryptfs.
+		local bin=$shale flags=""
+		[ "$s" = crypt-base ] && bin=$tmp/shale-base
+		[ "$s" = crypt-noholes ] && flags=--no-holes
 		rm -rf "$lower" && mkdir "$lower"
-		"$shale" init --layer crypt --passfile "$pass" --scrypt-logn $SCRYPT_LOGN "$lower" >&2
-		"$shale" mount --layer crypt --passfile "$pass" "$lower" "$mnt"
+		"$bin" init --layer crypt $flags --passfile "$pass" --scrypt-logn $SCRYPT_LOGN "$lower" >&2
+		"$bin" mount --layer crypt --passfile "$pass" "$lower" "$mnt"
 		;;
 	gocryptfs)
 		rm -rf "$lower" && mkdir "$lower"
@@ -123,7 +134,7 @@ umount_sys() {
 	mounted "$mnt" || return 0
 	sync
 	case $s in
-	shale | shale-nopt | rot13 | crypt) "$shale" umount "$mnt" || umount -l "$mnt" ;;
+	shale | shale-nopt | rot13 | crypt | crypt-noholes | crypt-base) "$shale" umount "$mnt" || umount -l "$mnt" ;;
 	*) umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" ;;
 	esac
 	if [ "$s" = loopback ] && [ -n "$loopback_pid" ]; then
