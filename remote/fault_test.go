@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -122,6 +123,10 @@ func TestStoppedServer(t *testing.T) {
 	var a layer.Attr
 	must(t, root.Getattr(bg, nil, &a), "getattr")
 	srv.cmd.Process.Signal(syscall.SIGSTOP)
+	// kill(2) returns before the group stop: one thread takes the signal
+	// and stops the others when it next runs, and until then diod's
+	// threads still answer (a busy machine made that tens of ms).
+	waitStopped(t, srv.cmd.Process.Pid)
 	start := time.Now()
 	done := make(chan layer.Errno, 1)
 	go func() { done <- root.Getattr(bg, nil, &a) }()
@@ -143,6 +148,32 @@ func TestStoppedServer(t *testing.T) {
 			t.Fatal("no reconnect after SIGCONT")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	task := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+		tids, err := os.ReadDir(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, tid := range tids {
+			// The state follows the command's closing parenthesis.
+			b, _ := os.ReadFile(filepath.Join(task, tid.Name(), "stat"))
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: %d of %d threads stopped after SIGSTOP", pid, stopped, len(tids))
+		}
 	}
 }
 
