@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -332,6 +333,10 @@ func serve(f *mountFlags, p *plan) error {
 	if err != nil {
 		return report(ready, err)
 	}
+	// Locks shale umount waits for, held until the process ends: after
+	// the lower is closed.
+	held := holdServing(mounts, logger)
+	defer held.end()
 	// Saves a disk cache; after the views, which may use the lower to the end.
 	defer p.closeLower(logger)
 	defer serveStats(p, logger)()
@@ -363,12 +368,18 @@ func serve(f *mountFlags, p *plan) error {
 	// Each view ends when it is unmounted (refused while busy, as for any
 	// mount), and the process when the last has gone; a signal ends all.
 	done := make(chan struct{})
-	go func() {
-		for _, m := range mounts {
+	var left atomic.Int32
+	left.Store(int32(len(mounts)))
+	for i, m := range mounts {
+		go func() {
 			m.server.Wait()
-		}
-		close(done)
-	}()
+			if left.Add(-1) == 0 {
+				close(done)
+			} else {
+				held.release(i)
+			}
+		}()
+	}
 	ending := func(why string) {
 		logger.Info("ending", "why", why)
 		notify(logger, "STOPPING=1", "STATUS=ending: "+why)

@@ -28,10 +28,10 @@ func init() {
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/",
 		Short: "print the counters of a mount of a 9P tree, or of a server",
 		Long: `Stats prints the counters of the 9P client serving MOUNTPOINT: requests by
-9P type, cache hits and misses by kind (stat, directory, data, readlink),
-journal records applied, bytes sent and received. The mount process answers
-on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale otherwise)
-named after a hash of the mount point.
+9P type, cache hits and misses by kind (stat, directory, data, readlink,
+xattr), journal records applied, bytes sent and received. The mount process
+answers on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale
+otherwise) named after a hash of the mount point.
 
 With a 9p:// URL it prints the statistics file of the server's journal
 controller (shale serve) as the server gives it. --json prints a mount's
@@ -72,7 +72,8 @@ counters as one JSON object.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// statsDir holds the mount processes' statistics sockets.
+// statsDir holds the mount processes' statistics sockets and serving
+// locks.
 func statsDir() string {
 	if os.Geteuid() == 0 {
 		return "/run/shale"
@@ -83,11 +84,16 @@ func statsDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("shale-%d", os.Geteuid()))
 }
 
-// statsSocket is where the process serving mnt answers: a hash, as a
-// mount point may be longer than a socket's name can be.
+// statsSocket is where the process serving mnt answers.
 func statsSocket(mnt string) string {
+	return filepath.Join(statsDir(), "stats-"+mountHash(mnt)+".sock")
+}
+
+// mountHash names the files of mount point mnt: a hash, as a mount point
+// may be longer than a socket's name can be.
+func mountHash(mnt string) string {
 	h := sha256.Sum256([]byte(mnt))
-	return filepath.Join(statsDir(), "stats-"+hex.EncodeToString(h[:8])+".sock")
+	return hex.EncodeToString(h[:8])
 }
 
 // serveStats answers shale stats for each view of a stack whose lower is
