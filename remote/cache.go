@@ -3,6 +3,7 @@ package remote
 import (
 	"container/list"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,10 @@ import (
 // The cache holds what the server answered, by QID path (a node token's
 // Ino), for as long as the journal says it is current: attributes, names
 // looked up in directories (negative ones too), complete listings,
-// symlink targets and file data in blocks. It is on only while a journal
-// controller answers (see journal.go); off, every method misses and
-// every put is dropped, which is the client without a cache.
+// symlink targets, extended attributes (values, absent names, lists) and
+// file data in blocks. It is on only while a journal controller answers
+// (see callbacks.go); off, every method misses and every put is dropped,
+// which is the client without a cache.
 //
 // Races with the journal: an answer read from the server before a change
 // can arrive after the change's record was applied. So every fetch takes
@@ -27,7 +29,9 @@ import (
 // so a lookup hit needs the caller's uid to have walked the directory on
 // the server (search permission), a listing hit to have opened it, a lazy
 // open for reading to have opened the file for reading; the uids go with
-// the attributes, which every change of mode, owner or ACL drops.
+// the attributes, which every change of mode, owner or ACL drops. An
+// extended attribute's answer keeps the uids the server gave it to (a
+// user.* one needs read permission).
 type cache struct {
 	on atomic.Bool
 
@@ -72,6 +76,16 @@ type centry struct {
 	link    []byte
 	hasLink bool
 	blks    map[int64]int // block index → its length (< blockSize: the end of the file)
+	// xattrs are getxattr's answers by name, and listxattr's under "".
+	xattrs map[string]xattrVal
+}
+
+// xattrVal is a cached answer about one extended attribute (or the list
+// of names), exported for the disk cache's gob.
+type xattrVal struct {
+	Val    []byte
+	Absent bool     // ENODATA
+	Uids   []uint32 // those the server answered it to
 }
 
 // blockStore keeps file data: in memory, or in the object store.
@@ -177,16 +191,33 @@ func (e *centry) dropAttrLocked() {
 
 // Drops, for records and for changes of our own. Each ticks the clock,
 // even with nothing cached: a fetch in flight must not put what it read.
+
+// dropAttrs forgets the attributes, the permissions they gave and the
+// extended attributes (an Attrs record stands for any of them).
 func (c *cache) dropAttrs(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
 	if e := c.ents[path]; e != nil {
 		e.dropAttrLocked()
+		e.xattrs = nil
 	}
 }
 
-// dropData forgets the attributes and the data in [off, off+n).
+// dropTimes forgets the attributes only: our read on the server moved
+// atime, which changes no permission and no extended attribute.
+func (c *cache) dropTimes(path uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tickLocked(path)
+	if e := c.ents[path]; e != nil {
+		e.hasAttr = false
+	}
+}
+
+// dropData forgets the attributes, the data in [off, off+n), and the
+// extended attribute a write removes (the server's kernel kills
+// security.capability) with a list that names it; others stay.
 func (c *cache) dropData(path, off, n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,8 +225,17 @@ func (c *cache) dropData(path, off, n uint64) {
 	if e := c.ents[path]; e != nil {
 		e.dropAttrLocked()
 		c.dropDataLocked(e, off, n)
+		if x, ok := e.xattrs[capability]; ok && !x.Absent {
+			delete(e.xattrs, capability)
+		}
+		if x, ok := e.xattrs[""]; ok && slices.Contains(strings.Split(string(x.Val), "\x00"), capability) {
+			delete(e.xattrs, "")
+		}
 	}
 }
+
+// capability is the extended attribute a write removes.
+const capability = "security.capability"
 
 // dropEntry forgets name in directory path, its listing and attributes.
 func (c *cache) dropEntry(path uint64, name string) {
@@ -383,7 +423,7 @@ func (c *cache) grant(since, path uint64, uid uint32, list bool) {
 }
 
 // mayRead tells whether uid opened path for reading on the server since
-// its attributes last changed.
+// its mode, owner or ACL last changed.
 func (c *cache) mayRead(path uint64, uid uint32) bool {
 	if !c.on.Load() {
 		return false
@@ -391,7 +431,52 @@ func (c *cache) mayRead(path uint64, uid uint32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.ents[path]
-	return e != nil && e.hasAttr && slices.Contains(e.reader, uid)
+	return e != nil && slices.Contains(e.reader, uid)
+}
+
+// Extended attributes.
+
+// xattr answers getxattr of name ("": listxattr) on path for uid: the
+// value, or absent for ENODATA. ok=false is a miss.
+func (c *cache) xattr(path uint64, name string, uid uint32) (val []byte, absent, ok bool) {
+	if !c.on.Load() {
+		return nil, false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.getLocked(path)
+	if e == nil {
+		return nil, false, false
+	}
+	x, ok := e.xattrs[name]
+	if !ok || !slices.Contains(x.Uids, uid) {
+		return nil, false, false
+	}
+	return x.Val, x.Absent, true
+}
+
+// putXattr keeps the server's answer to uid about name on path, read
+// after snapshot since: val, or absent.
+func (c *cache) putXattr(since, path, gen uint64, name string, uid uint32, val []byte, absent bool) {
+	if !c.on.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changedLocked(path, since) {
+		return
+	}
+	e := c.entLocked(path, gen)
+	if e.xattrs == nil {
+		e.xattrs = map[string]xattrVal{}
+	}
+	x, had := e.xattrs[name]
+	if !had || x.Absent != absent || string(x.Val) != string(val) {
+		// Not the answer the others were given: it is theirs no more.
+		x = xattrVal{Val: val, Absent: absent}
+	}
+	x.Uids = addUid(x.Uids, uid)
+	e.xattrs[name] = x
 }
 
 // Listings and symlinks.

@@ -2,8 +2,16 @@ package remote
 
 import (
 	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -137,4 +145,155 @@ func TestRecordEvents(t *testing.T) {
 		t.Fatalf("events %+v", *evs)
 	}
 	n.Forget()
+}
+
+// caching waits until the client of root serves from its cache (its
+// journal caught up).
+func caching(t *testing.T, root *node) {
+	t.Helper()
+	for deadline := time.Now().Add(slow); !root.fs.cc.on.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the client never caches")
+		}
+	}
+}
+
+// xattrReqs is the Txattrwalks a client sent.
+func xattrReqs(n *node) uint64 { return n.fs.ctr.reqs[p9wire.Txattrwalk].Load() }
+
+// getx is Getxattr's answer as a string, or the errno's.
+func getx(n layer.Node, ctx context.Context, name string) string {
+	buf := make([]byte, 256)
+	k, e := n.Getxattr(ctx, name, buf)
+	if e != 0 {
+		return e.Error()
+	}
+	return string(buf[:k])
+}
+
+// Extended attributes are cached, absent ones too, per uid the server
+// answered; a record of another client's change, the client's own
+// changes and a write drop what they make stale; the disk cache keeps
+// them across a restart.
+func TestXattrCache(t *testing.T) {
+	x := newExported(t, export.Options{})
+	os.WriteFile(filepath.Join(x.dir, "f"), []byte("data"), 0o600)
+	dir := t.TempDir()
+	a := mountWith(t, x.dial, Options{CacheDir: dir})
+	b := mountWith(t, x.dial, Options{})
+	caching(t, a)
+	var at layer.Attr
+	fa, e := a.Lookup(bg, "f", &at)
+	must(t, e, "lookup")
+	fb, e := b.Lookup(bg, "f", &at)
+	must(t, e, "lookup")
+	noData := syscall.ENODATA.Error()
+
+	// An absent name and the list: asked once.
+	for range 2 {
+		if got := getx(fa, bg, "security.capability"); got != noData {
+			t.Fatalf("security.capability: %s", got)
+		}
+		if k, e := fa.Listxattr(bg, nil); e != 0 || k != 0 {
+			t.Fatalf("listxattr size: %d %v", k, e)
+		}
+	}
+	if n := xattrReqs(a); n != 2 {
+		t.Fatalf("%d Txattrwalks for an absent name and the list asked twice each, want 2", n)
+	}
+
+	// Another client sets one: its record drops ours.
+	must(t, fb.Setxattr(bg, "user.k", []byte("v1"), 0), "setxattr through b")
+	// Until it shows, and is served from the cache: a fetch that
+	// crossed a record of the change is not kept.
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+		got := getx(fa, bg, "user.k")
+		n := xattrReqs(a)
+		if got == "v1" && getx(fa, bg, "user.k") == "v1" && xattrReqs(a) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("user.k set through another client: %s", got)
+		}
+	}
+	before := xattrReqs(a)
+	if k, e := fa.Getxattr(bg, "user.k", nil); e != 0 || k != 2 {
+		t.Fatalf("size probe: %d %v", k, e)
+	}
+	if got := getx(fa, bg, "user.k"); got != "v1" {
+		t.Fatalf("user.k: %s", got)
+	}
+	if _, e := fa.Getxattr(bg, "user.k", make([]byte, 1)); e != syscall.ERANGE {
+		t.Fatalf("a short buffer: %v", e)
+	}
+	if n := xattrReqs(a) - before; n != 0 {
+		t.Fatalf("%d Txattrwalks for a cached value", n)
+	}
+
+	// Another uid is not served what root was.
+	nobody := as(65534, 65534, 0)
+	getx(fa, nobody, "user.k")
+	if n := xattrReqs(a) - before; n != 1 {
+		t.Fatalf("%d Txattrwalks for a uid the server did not answer yet, want 1", n)
+	}
+
+	// Our own change shows at once. A write on the server kills
+	// security.capability: the cached one goes, with the list that
+	// names it; the rest stays.
+	must(t, fa.Setxattr(bg, "user.k", []byte("v2"), 0), "setxattr")
+	if got := getx(fa, bg, "user.k"); got != "v2" {
+		t.Fatalf("after our own setxattr: %s", got)
+	}
+	capV2 := []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // CAP_NET_BIND_SERVICE
+	must(t, fa.Setxattr(bg, "security.capability", capV2, 0), "set security.capability")
+	if got := getx(fa, bg, "security.capability"); got != string(capV2) {
+		t.Fatalf("security.capability: %q", got)
+	}
+	fa.Listxattr(bg, make([]byte, 256))
+	getx(fa, bg, "user.k")
+	h, e := fa.Open(bg, unix.O_WRONLY)
+	must(t, e, "open")
+	_, e = h.Write(bg, []byte("more"), 4)
+	must(t, e, "write")
+	h.Release(bg)
+	before = xattrReqs(a)
+	if got := getx(fa, bg, "user.k"); got != "v2" {
+		t.Fatalf("user.k after a write: %s", got)
+	}
+	if n := xattrReqs(a) - before; n != 0 {
+		t.Fatalf("%d Txattrwalks for user.k after a write", n)
+	}
+	if got := getx(fa, bg, "security.capability"); got != noData {
+		t.Fatalf("security.capability after a write: %q, want it gone", got)
+	}
+	buf := make([]byte, 256)
+	if k, e := fa.Listxattr(bg, buf); e != 0 || bytes.Contains(buf[:k], []byte("security.capability")) {
+		t.Fatalf("listxattr after a write: %q %v", buf[:k], e)
+	}
+	if n := xattrReqs(a) - before; n != 2 {
+		t.Fatalf("%d Txattrwalks for security.capability and the list after a write, want 2", n)
+	}
+	must(t, fa.Removexattr(bg, "user.k"), "removexattr")
+	if got := getx(fa, bg, "user.k"); got != noData {
+		t.Fatalf("after our own removexattr: %s", got)
+	}
+
+	// A restart with the disk cache answers from it.
+	getx(fa, bg, "user.k")
+	getx(fa, bg, "security.capability")
+	fa.Forget()
+	a.Close()
+	a = mountWith(t, x.dial, Options{CacheDir: dir})
+	caching(t, a)
+	fa, e = a.Lookup(bg, "f", &at)
+	must(t, e, "lookup after the restart")
+	if got := getx(fa, bg, "user.k"); got != noData {
+		t.Fatalf("user.k after the restart: %s", got)
+	}
+	if got := getx(fa, bg, "security.capability"); got != noData {
+		t.Fatalf("security.capability after the restart: %s", got)
+	}
+	if n := xattrReqs(a); n != 0 {
+		t.Fatalf("%d Txattrwalks after a restart with the disk cache", n)
+	}
 }

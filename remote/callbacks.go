@@ -66,7 +66,8 @@ func (j *jreader) open(c *conn) error {
 		j.fallback(fmt.Sprintf("attach %s: %v", journal.Aname, errno(err)))
 		return nil
 	}
-	defer c.clunk(root)
+	// root is not clunked: it goes with the connection, and a clunk is
+	// one more request on every (re)start.
 	j.mu.Lock()
 	uuid := j.uuid
 	j.mu.Unlock()

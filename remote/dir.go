@@ -41,7 +41,7 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		}
 		if d.touch {
 			d.touch = false
-			d.h.fs.cc.dropAttrs(d.h.n.tok.Ino)
+			d.h.fs.cc.dropTimes(d.h.n.tok.Ino)
 		}
 		n := r.U32()
 		data := r.Take(int(n))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -58,6 +59,7 @@ type savedEnt struct {
 	Link                   []byte
 	HasLink                bool
 	Blks                   map[int64]int
+	Xattrs                 map[string]xattrVal
 }
 
 // openDisk takes dir: the store in it (made with size bytes if it has
@@ -117,6 +119,7 @@ func (d *diskCache) restore(j *jreader, c *cache) {
 		e.list, e.hasList = se.List, se.HasList
 		e.link, e.hasLink = se.Link, se.HasLink
 		e.blks = se.Blks
+		e.xattrs = se.Xattrs
 	}
 	c.dropped = nil
 	d.log.Info("disk cache restored", "dir", d.dir, "files", len(s.Ents), "journal", s.UUID, "seq", s.Seq)
@@ -130,11 +133,14 @@ func (d *diskCache) save(j *jreader, c *cache) error {
 		j.mu.Lock()
 		s.UUID, s.Epoch, s.Seq = j.uuid, j.epoch, j.seq
 		c.mu.Lock()
+		// Copies of the maps: a put that began before the close may
+		// still change them while they are encoded.
 		for el := c.lru.Front(); el != nil; el = el.Next() {
 			e := el.Value.(*centry)
 			s.Ents = append(s.Ents, savedEnt{Path: e.path, Gen: e.gen, Attr: e.attr, HasAttr: e.hasAttr,
-				Search: e.search, Lister: e.lister, Reader: e.reader, Names: e.names,
-				List: e.list, HasList: e.hasList, Link: e.link, HasLink: e.hasLink, Blks: e.blks})
+				Search: e.search, Lister: e.lister, Reader: e.reader, Names: maps.Clone(e.names),
+				List: e.list, HasList: e.hasList, Link: e.link, HasLink: e.hasLink,
+				Blks: maps.Clone(e.blks), Xattrs: maps.Clone(e.xattrs)})
 		}
 		c.mu.Unlock()
 		j.mu.Unlock()

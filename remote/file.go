@@ -95,7 +95,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 		return 0, e
 	}
 	if touch {
-		defer fs.cc.dropAttrs(path) // the server's read moved atime
+		defer fs.cc.dropTimes(path) // the server's read moved atime
 	}
 	if !fs.cc.on.Load() {
 		k, err := c.readAt(fid, iounit, dest, off)

@@ -21,10 +21,10 @@
 // (ESTALE if not: on diod, whose fids are paths, the name's new file).
 //
 // Caching: with a journal controller on the server (shale serve), the
-// client caches attributes, names, listings, symlinks and file data and is
-// told of others' changes through its journal (callbacks.go, cache.go;
-// on disk with Options.CacheDir, disk.go); their records raise the stack's
-// events. Without one (diod), nothing is cached beyond one request: every
+// client caches attributes, names, listings, symlinks, extended
+// attributes and file data and is told of others' changes through its
+// journal (callbacks.go, cache.go; on disk with Options.CacheDir,
+// disk.go); their records raise the stack's events. Without one (diod), nothing is cached beyond one request: every
 // Getattr is a Tgetattr, every Lookup a Twalk and a Tgetattr. Changes made
 // through the client raise the stack's events, as hostfs does, so views
 // of one remote lower stay coherent with each other.

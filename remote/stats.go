@@ -10,14 +10,15 @@ import (
 
 // Cache kinds, for hits and misses.
 const (
-	kindStat = iota // Getattr and Lookup
-	kindDir         // listings
-	kindData        // file data
-	kindLink        // readlink
+	kindStat  = iota // Getattr and Lookup
+	kindDir          // listings
+	kindData         // file data
+	kindLink         // readlink
+	kindXattr        // getxattr and listxattr
 	nKinds
 )
 
-var kindNames = [nKinds]string{"stat", "directory", "data", "readlink"}
+var kindNames = [nKinds]string{"stat", "directory", "data", "readlink", "xattr"}
 
 // counters are the client's statistics: atomics, bumped on every request.
 type counters struct {

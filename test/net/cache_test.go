@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The caching client (remote, issue 12) against a real shale serve with
@@ -69,16 +71,23 @@ func cacheStats(t *testing.T, mnt string) map[string]any {
 	return s
 }
 
-// requests is the 9P requests a mount made, journal reads apart.
+// requests is the 9P requests a mount made, its journal's reads too, and
+// its reads of file data that went to the server (Treads also read
+// extended attributes).
 func requests(t *testing.T, mnt string) (total uint64, reads uint64) {
-	s := cacheStats(t, mnt)
-	for k, v := range s["requests"].(map[string]any) {
-		total += uint64(v.(float64))
-		if k == "read" {
-			reads = uint64(v.(float64))
-		}
-	}
+	total, reads, _ = requestsBy(t, mnt)
 	return total, reads
+}
+
+// requestsBy is requests with the count of each 9P type.
+func requestsBy(t *testing.T, mnt string) (total, reads uint64, by map[string]any) {
+	s := cacheStats(t, mnt)
+	by = s["requests"].(map[string]any)
+	by["journal"] = s["journal_reads"]
+	for _, v := range by {
+		total += uint64(v.(float64))
+	}
+	return total, uint64(s["misses"].(map[string]any)["data"].(float64)), by
 }
 
 // waitFor polls fn until it returns "" and returns how long that took,
@@ -292,12 +301,18 @@ func stopProxy(cmd *exec.Cmd) {
 // TestCacheReconnectAndRestart: a client whose connection is killed
 // catches up on what changed meanwhile, and so does one restarted with
 // its disk cache, serving the rest from the cache: no stale data, and
-// far fewer requests than a cold start.
+// at most 5% of a cold start's requests (issue 12's target).
 func TestCacheReconnectAndRestart(t *testing.T) {
-	const files = 20
+	// Enough files that what every restart costs (the journal's open and
+	// reads, the root's attach: 7 requests) is not most of it.
+	const files = 40
 	lower, addr, _ := cacheServer(t, files)
 	for i := range files {
-		writeFile(t, filepath.Join(lower, fmt.Sprintf("f%d", i)), randomBytes(t, 200<<10), 0o644)
+		p := filepath.Join(lower, fmt.Sprintf("f%d", i))
+		writeFile(t, p, randomBytes(t, 200<<10), 0o644)
+		if err := unix.Setxattr(p, "user.tag", []byte(strconv.Itoa(i)), 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	proxy := freePort(t)
 	p := delayProxy(t, proxy, addr)
@@ -305,18 +320,33 @@ func TestCacheReconnectAndRestart(t *testing.T) {
 	cacheDir := tempDir(t)
 	url := "9p://" + proxy + "/"
 	mnt := mount(t, url, "--cache-dir", cacheDir)
+	// Each file read, and its extended attributes asked as ls -l, cp -a
+	// and the kernel (security.capability before a write, ACLs) do.
 	readAll := func() {
 		t.Helper()
 		for i := range files {
+			p := filepath.Join(mnt, fmt.Sprintf("f%d", i))
 			want, _ := os.ReadFile(filepath.Join(lower, fmt.Sprintf("f%d", i)))
-			if got := readIs(filepath.Join(mnt, fmt.Sprintf("f%d", i)), string(want))(); got != "" {
+			if got := readIs(p, string(want))(); got != "" {
 				t.Fatalf("f%d: %.80s", i, got)
+			}
+			for _, name := range []string{"security.capability", "system.posix_acl_access"} {
+				if _, err := unix.Getxattr(p, name, nil); err != unix.ENODATA {
+					t.Fatalf("getxattr %s %s: %v", p, name, err)
+				}
+			}
+			buf := make([]byte, 256)
+			if k, err := unix.Getxattr(p, "user.tag", buf); err != nil || string(buf[:k]) != strconv.Itoa(i) {
+				t.Fatalf("getxattr %s user.tag: %q %v", p, buf[:k], err)
+			}
+			if k, err := unix.Listxattr(p, buf); err != nil || !strings.Contains(string(buf[:k]), "user.tag") {
+				t.Fatalf("listxattr %s: %q %v", p, buf[:k], err)
 			}
 		}
 	}
 	readAll()
-	cold, coldReads := requests(t, mnt)
-	t.Logf("cold: %d requests (%d reads)", cold, coldReads)
+	cold, coldReads, by := requestsBy(t, mnt)
+	t.Logf("cold: %d requests (%d data reads): %v", cold, coldReads, by)
 
 	// Kill the connection, change two files, let it come back.
 	stopProxy(p)
@@ -329,32 +359,28 @@ func TestCacheReconnectAndRestart(t *testing.T) {
 	before, beforeReads := requests(t, mnt)
 	readAll()
 	after, afterReads := requests(t, mnt)
-	t.Logf("after reconnecting: %d requests (%d reads) to read all again", after-before, afterReads-beforeReads)
+	t.Logf("after reconnecting: %d requests (%d data reads) to read all again", after-before, afterReads-beforeReads)
 	if afterReads != beforeReads {
 		t.Errorf("%d data reads for files that did not change", afterReads-beforeReads)
 	}
 
 	// Restart the client with its disk cache; change a file meanwhile.
-	umount(mnt)
+	// shale umount returns once the serving process saved the cache.
+	if out, err := exec.Command(shale, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("shale umount: %v: %s", err, out)
+	}
 	writeFile(t, filepath.Join(lower, "f2"), []byte("changed while stopped"), 0o644)
-	// The process that served the mount saves the cache after the
-	// unmount returned, and holds the directory until it has.
-	waitFor(t, "mount again with the cache directory", func() string {
-		out, err := exec.Command(shale, "mount", "--cache-dir", cacheDir, url, mnt).CombinedOutput()
-		if err != nil {
-			return string(out)
-		}
-		return ""
-	})
+	run(t, shale, "mount", "--cache-dir", cacheDir, url, mnt)
 	waitFor(t, "catch up after a restart", readIs(filepath.Join(mnt, "f2"), "changed while stopped"))
 	readAll()
-	hot, hotReads := requests(t, mnt)
-	t.Logf("restarted with the disk cache: %d requests (%d reads) vs %d (%d) cold", hot, hotReads, cold, coldReads)
+	hot, hotReads, by := requestsBy(t, mnt)
+	t.Logf("restarted with the disk cache: %d requests (%d data reads) vs %d (%d) cold, %.1f%%: %v",
+		hot, hotReads, cold, coldReads, 100*float64(hot)/float64(cold), by)
 	if hotReads > 2 {
 		t.Errorf("%d data reads after a restart with the disk cache; one file changed", hotReads)
 	}
-	if hot*2 > cold {
-		t.Errorf("restarted client made %d requests, a cold one %d", hot, cold)
+	if hot*20 > cold {
+		t.Errorf("restarted client made %d requests, more than 5%% of a cold one's %d", hot, cold)
 	}
 
 	// A second mount of the cache directory is refused, in one line.
