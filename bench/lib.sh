@@ -28,6 +28,10 @@ w_grep() { { grep -r -l "func main" "$1/src" || [ $? -eq 1 ]; } | wc -l; }
 w_rm() { rm -r "$1/src"; }
 w_write() { dd if=/dev/zero of="$1/big" bs=1M count=$BIGMB conv=fsync status=none; }
 w_read() { dd if="$1/big" of=/dev/null bs=1M status=none; }
+# w_gobuild DIR: `go build` of package $BUILDPKG of the Go module in
+# DIR/build, the binary written beside it (bench/net/cache.sh; GOCACHE and
+# the other go variables as the harness exports them).
+w_gobuild() { (cd "$1/build" && go build -o prog "$BUILDPKG"); }
 
 # about_run prints the lines a report gives after its command: shale's
 # commit, the machine, the kernel and the work dir ($root, $work, $fstype).

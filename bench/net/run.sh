@@ -39,6 +39,7 @@ root=$PWD
 export PATH=/usr/local/go/bin:$PATH
 export LC_ALL=C
 . bench/lib.sh
+. bench/net/lib.sh
 
 runs=3 out="" work=/var/tmp/shale-netbench steptimeout=300
 rows=loop,serve-0ms,serve-10ms,serve-50ms,diod-0ms,diod-10ms,diod-50ms
@@ -89,34 +90,6 @@ results=$tmp/results.tsv
 # another, and shale's 9P client mounting the relay's. Every row, the 0 ms
 # ones too, goes through the relay, which counts the requests.
 server_pid="" delay_pid="" delay_out=""
-
-# free_port: a TCP port nothing listens on.
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 20000))
-		[ -z "$(ss -Hltn "sport = :$p")" ] && { echo $p; return; }
-	done
-}
-
-# wait_listen PORT PID WHAT: waits until PORT is listened on, failing if
-# PID ends first.
-wait_listen() {
-	for _ in $(seq 100); do
-		[ -n "$(ss -Hltn "sport = :$1")" ] && return
-		kill -0 "$2" 2>/dev/null || { echo "run.sh: $3 exited before listening on port $1 (log: $tmp/*.log)" >&2; exit 1; }
-		sleep 0.1
-	done
-	echo "run.sh: $3 did not listen on port $1 in 10s" >&2
-	exit 1
-}
-
-# stop PID: ends a process this script started, and reaps it.
-stop() {
-	[ -n "$1" ] || return 0
-	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-}
 
 mount_row() {
 	local r=$1 lower=$work/$1/lower mnt=$work/$1/mnt
@@ -177,42 +150,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# requests: the 9P requests the relay has counted so far ("-" without one).
-requests() {
-	[ -n "$delay_pid" ] || { echo -; return; }
-	local n0 n
-	n0=$(wc -l <"$delay_out")
-	kill -USR1 "$delay_pid"
-	for _ in $(seq 100); do
-		n=$(wc -l <"$delay_out")
-		[ "$n" -gt "$n0" ] && { tail -n 1 "$delay_out" | awk '{ print $2 }'; return; }
-		sleep 0.05
-	done
-	echo "run.sh: shale delay did not answer SIGUSR1" >&2
-	exit 1
-}
-
-# step ROW WORKLOAD FUNC DIR: runs FUNC DIR under the step timeout and
-# records its wall time (or "timeout" or "failed") and the requests it
-# sent. Returns 1 if it did not finish.
-step() {
-	local r=$1 w=$2 f=$3 d=$4 q0 q1 t0 t1 rc=0 v unit=""
-	q0=$(requests)
-	t0=$EPOCHREALTIME
-	timeout -k 10 "$steptimeout" bash -c "set -o pipefail; $f \"\$1\" >/dev/null" _ "$d" || rc=$?
-	t1=$EPOCHREALTIME
-	q1=$(requests)
-	case $rc in
-	0) v=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }') unit=s ;;
-	124 | 137) v=timeout ;;
-	*) v=failed unit=" (exit $rc)" ;;
-	esac
-	[ "$q0" = - ] || q1=$((q1 - q0))
-	printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$r" "$w" "$v" "$q1" >>"$results"
-	log "  $r $w: $v$unit, $q1 requests"
-	[ "$rc" -eq 0 ]
-}
 
 run_row() {
 	local r=$1 d=$work/$1/mnt lower=$work/$1/lower

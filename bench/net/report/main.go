@@ -1,7 +1,8 @@
 // Command report turns the raw results of bench/net/run.sh (lines of
 // "rep<TAB>row<TAB>workload<TAB>seconds|timeout|failed<TAB>requests|-" on
 // stdin) into markdown tables: median times, their ratios to the loop
-// view's, and the 9P requests each step sent.
+// view's, and the 9P requests each step sent. With -cache, those of
+// bench/net/cache.sh (cache.go).
 package main
 
 import (
@@ -38,6 +39,7 @@ func main() {
 	rowsFlag := flag.String("rows", "", "the rows, comma-separated, in order")
 	mib := flag.Int("mib", 1024, "sequential file size in MiB")
 	limit := flag.Int("timeout", 0, "the step timeout in seconds")
+	cacheMode := flag.Bool("cache", false, "the results are bench/net/cache.sh's (rows local and SYSTEM-RTTms)")
 	flag.Parse()
 	rows := strings.Split(*rowsFlag, ",")
 
@@ -66,6 +68,11 @@ func main() {
 			s.requests = n
 		}
 		data[key{f[1], f[2]}] = append(data[key{f[1], f[2]}], s)
+	}
+
+	if *cacheMode {
+		cacheReport(rows, data, *limit)
+		return
 	}
 
 	name := func(w string) string {
