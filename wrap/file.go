@@ -384,7 +384,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 // they hold: a short write, after which the caller's next write gets the
 // errno (as the kernel reports a short pwrite). With none of data stored,
 // the file is as it was, and the errno is the lower file system's.
-func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uint64) (int, layer.Errno) {
+func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uint64) (written int, errno layer.Errno) {
 	fs := n.fs
 	end := off + uint64(len(data))
 	if fs.tooBig(end) {
@@ -399,6 +399,14 @@ func (n *node) writeAt(ctx context.Context, h layer.Handle, data []byte, off uin
 		if e := n.fill(ctx, h, size, off); e != 0 {
 			return 0, e
 		}
+		// A write that stores none of its data fails whole: the gap just
+		// filled goes too, or a failed write (ENOSPC for its own blocks)
+		// would leave the file grown to off, which natively it never is.
+		defer func(from uint64) {
+			if written == 0 && errno != 0 {
+				n.resizeLocked(ctx, h, from, false)
+			}
+		}(size)
 		if ll, e = n.lowerLen(ctx, h); e != 0 {
 			return 0, e
 		}

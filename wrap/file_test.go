@@ -134,8 +134,15 @@ func (h *diskHandle) Allocate(ctx context.Context, off, size int64, mode uint32)
 // near its largest file size, fail with its errno, or store only whole
 // blocks and say so with a short count; either way the file is the model,
 // block for block, and the lower file has the size the layout implies (no
-// torn block, no size past the data).
+// torn block, no size past the data). With FillHoles too, where a write
+// past the end first fills the gap with blocks: one that then stores none
+// of its data must leave the size as it was, as natively.
 func TestFullDiskAgainstModel(t *testing.T) {
+	t.Run("holes", func(t *testing.T) { fullDiskAgainstModel(t, false) })
+	t.Run("fill-holes", func(t *testing.T) { fullDiskAgainstModel(t, true) })
+}
+
+func fullDiskAgainstModel(t *testing.T, fill bool) {
 	dir := t.TempDir()
 	st := stack.New(stack.Options{})
 	lower, err := hostfs.New(st, dir)
@@ -146,7 +153,7 @@ func TestFullDiskAgainstModel(t *testing.T) {
 	// Pages of 32 bytes straddle the 72-byte stored blocks, so writes stop
 	// inside blocks.
 	d := &disk{Node: lower, page: 32}
-	upper, err := New(ctx, st, d, Hooks{Blocks: toy{}, Header: toy{}})
+	upper, err := New(ctx, st, d, Hooks{Blocks: toy{}, Header: toy{}, FillHoles: fill})
 	if err != nil {
 		t.Fatal(err)
 	}
