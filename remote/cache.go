@@ -422,16 +422,17 @@ func (c *cache) grant(since, path uint64, uid uint32, list bool) {
 	}
 }
 
-// mayRead tells whether uid opened path for reading on the server since
-// its mode, owner or ACL last changed.
-func (c *cache) mayRead(path uint64, uid uint32) bool {
+// mayRead tells whether uid opened path (of generation gen) for reading
+// on the server since its mode, owner or ACL last changed. The grant of
+// another file with the inode number says nothing of this one.
+func (c *cache) mayRead(path, gen uint64, uid uint32) bool {
 	if !c.on.Load() {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.ents[path]
-	return e != nil && slices.Contains(e.reader, uid)
+	return e != nil && e.gen == gen && slices.Contains(e.reader, uid)
 }
 
 // Extended attributes.
@@ -537,19 +538,20 @@ func (c *cache) putLink(since, path uint64, target []byte) {
 
 // Data.
 
-// read fills dest from the cached blocks of path at off. ok=false is a
-// miss: some block it needs is not cached.
-func (c *cache) read(path uint64, dest []byte, off int64) (int, bool) {
+// read fills dest from the cached blocks of path, generation gen, at off.
+// ok=false is a miss: some block it needs is not cached. The blocks of
+// another generation are another file's (the inode number was reused
+// after the file, still open here, was removed): a miss, not its data.
+func (c *cache) read(path, gen uint64, dest []byte, off int64) (int, bool) {
 	if !c.on.Load() {
 		return 0, false
 	}
 	c.mu.Lock()
 	e := c.getLocked(path)
-	if e == nil {
+	if e == nil || e.gen != gen {
 		c.mu.Unlock()
 		return 0, false
 	}
-	gen := e.gen
 	type part struct {
 		idx int64
 		l   int

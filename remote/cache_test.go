@@ -51,16 +51,16 @@ func TestApplyRecords(t *testing.T) {
 	j, c, evs := testCache(t)
 	fill(c)
 	buf := make([]byte, 3*blockSize)
-	if k, ok := c.read(2, buf, 0); !ok || k != 2*blockSize+5 {
+	if k, ok := c.read(2, 1, buf, 0); !ok || k != 2*blockSize+5 {
 		t.Fatalf("read all: %d %v", k, ok)
 	}
 	// Data in the second block: that one and the last (short) go, the
 	// first stays, and so do the directory's name and listing.
 	j.apply(rec(1, 2, journal.Field{Type: journal.Data, Off: blockSize + 3, Len: 10}))
-	if _, ok := c.read(2, buf[:10], 0); !ok {
+	if _, ok := c.read(2, 1, buf[:10], 0); !ok {
 		t.Error("block 0 dropped by a change in block 1")
 	}
-	if _, ok := c.read(2, buf[:10], blockSize); ok {
+	if _, ok := c.read(2, 1, buf[:10], blockSize); ok {
 		t.Error("block 1 kept after a change in it")
 	}
 	if _, _, ok := c.attr(2); ok {
@@ -89,7 +89,7 @@ func TestApplyRecords(t *testing.T) {
 	}
 	// A field this reader does not know drops all of the QID.
 	j.apply(rec(3, 2, journal.Field{Type: 99, Raw: []byte{1}}))
-	if _, ok := c.read(2, buf[:10], 0); ok {
+	if _, ok := c.read(2, 1, buf[:10], 0); ok {
 		t.Error("data kept after a record with an unknown field")
 	}
 	// Another epoch drops everything.
@@ -127,6 +127,33 @@ func TestFetchRace(t *testing.T) {
 	c.putAttr(s, 4, 1, &layer.Attr{})
 	if _, _, ok := c.attr(4); ok {
 		t.Fatal("a put begun before a drop of everything was kept")
+	}
+}
+
+// A handle of a file removed on the server (open here, lazily: no fid
+// holds it there) whose inode number another file took since reads
+// neither that file's cached blocks nor its read grant: ext4 hands a
+// freed inode number out again at once, with another generation.
+func TestReusedInodeNumber(t *testing.T) {
+	_, c, _ := testCache(t)
+	fill(c) // path 2, generation 1: "x"s
+	c.grant(c.snap(), 2, 0, false)
+	if !c.mayRead(2, 1, 0) {
+		t.Fatal("no read grant for the file opened")
+	}
+	// The new file, generation 2, is looked up and read.
+	s := c.snap()
+	c.putLookup(s, 1, "g", 0, 2, 2, &layer.Attr{Mode: 0o100644, Size: 5})
+	c.putData(s, 2, 2, 0, []byte("yyyyy"), true)
+	buf := make([]byte, 5)
+	if k, ok := c.read(2, 1, buf, 0); ok {
+		t.Fatalf("the removed file's handle read the new file's data %q", buf[:k])
+	}
+	if c.mayRead(2, 1, 0) || c.mayRead(2, 2, 0) {
+		t.Error("a read grant outlived its file")
+	}
+	if k, ok := c.read(2, 2, buf, 0); !ok || string(buf[:k]) != "yyyyy" {
+		t.Errorf("the new file's data: %q %v", buf[:k], ok)
 	}
 }
 
@@ -295,5 +322,50 @@ func TestXattrCache(t *testing.T) {
 	}
 	if n := xattrReqs(a); n != 0 {
 		t.Fatalf("%d Txattrwalks after a restart with the disk cache", n)
+	}
+}
+
+// A file opened for reading from the cache (no Tlopen) and then removed
+// on the server stays readable, as an open file does: its reads that the
+// relatime rule would send to the server (the removal's record dropped
+// its attributes) are served from the cache when the server can no
+// longer open it, rather than failing with ESTALE.
+func TestLazyOpenRemoved(t *testing.T) {
+	x := newExported(t, export.Options{})
+	os.WriteFile(filepath.Join(x.dir, "f"), []byte("data"), 0o644)
+	a := mountWith(t, x.dial, Options{})
+	b := mountWith(t, x.dial, Options{})
+	caching(t, a)
+	var at layer.Attr
+	f1, e := a.Lookup(bg, "f", &at)
+	must(t, e, "lookup")
+	buf := make([]byte, 16)
+	for range 2 { // the second read moves no atime: cached
+		h, e := f1.Open(bg, unix.O_RDONLY)
+		must(t, e, "open")
+		if k, e := h.Read(bg, buf, 0); e != 0 || string(buf[:k]) != "data" {
+			t.Fatalf("read: %q %v", buf[:k], e)
+		}
+		h.Release(bg)
+		f1.Getattr(bg, nil, &at)
+	}
+	// A lookup answered by the cache gives a node with no fid; its open
+	// for reading sends nothing.
+	f2, e := a.Lookup(bg, "f", &at)
+	must(t, e, "lookup again")
+	h, e := f2.Open(bg, unix.O_RDONLY)
+	must(t, e, "open again")
+	defer h.Release(bg)
+	must(t, b.Unlink(bg, "f"), "unlink through another client")
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+		if _, _, ok := a.fs.cc.attr(f2.(*node).tok.Ino); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removal never dropped the attributes")
+		}
+	}
+	if k, e := h.Read(bg, buf, 0); e != 0 || string(buf[:k]) != "data" {
+		t.Fatalf("read of the open file removed on the server: %q %v", buf[:k], e)
 	}
 }

@@ -82,7 +82,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	path := h.n.tok.Ino
 	touch := fs.cc.touches(path)
 	if !touch {
-		if k, ok := fs.cc.read(path, dest, off); ok {
+		if k, ok := fs.cc.read(path, h.n.tok.Gen, dest, off); ok {
 			fs.hit(kindData)
 			fs.ctr.bytesFromCache.Add(uint64(k))
 			return k, 0
@@ -92,6 +92,17 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	since := fs.cc.snap()
 	c, fid, iounit, e := h.use(ctx)
 	if e != 0 {
+		// A handle opened from the cache (no Tlopen held the file on the
+		// server) of a file removed there since cannot be opened again
+		// (ESTALE, ENOENT); an open file stays readable, so what the
+		// cache holds of it is served, the atime the read would have
+		// moved left alone (the file has no name left to stat it by).
+		if touch && (e == syscall.ESTALE || e == syscall.ENOENT) {
+			if k, ok := fs.cc.read(path, h.n.tok.Gen, dest, off); ok {
+				fs.ctr.bytesFromCache.Add(uint64(k))
+				return k, 0
+			}
+		}
 		return 0, e
 	}
 	if touch {

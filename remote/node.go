@@ -788,7 +788,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	id := identOf(ctx)
 	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
-	if flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, id.uid) {
+	if flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, n.tok.Gen, id.uid) {
 		// Opened on the server when a read misses, if one does.
 		return h, 0
 	}
