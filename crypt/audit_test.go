@@ -197,6 +197,21 @@ func TestRootIDLost(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, dirIDName)); err != nil || len(b) != dirIDSize {
 		t.Errorf("the empty root got no ID: %v", err)
 	}
+
+	// So does one that holds only files no encrypted name can be: those
+	// kept by version 1's init --force, which left the ID to the first
+	// mount, or an ext4 root's lost+found. They never decode, whatever
+	// the ID.
+	dir = initDir(t, "p")
+	os.Remove(filepath.Join(dir, dirIDName))
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("plain"), 0o644)
+	os.Mkdir(filepath.Join(dir, "lost+found"), 0o700)
+	if _, err := stackOver(t, dir); err != nil {
+		t.Fatalf("a root of plain files without its ID: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, dirIDName)); err != nil || len(b) != dirIDSize {
+		t.Errorf("the root of plain files got no ID: %v", err)
+	}
 }
 
 // Long names' sidecars must match their stand-ins, and directory IDs must

@@ -41,7 +41,8 @@ func (l *Layer) DirIDSize() int { return dirIDSize }
 // the layer is stacked. The names in the root are encrypted under it, so a
 // lost ID (a backup that skipped dot-files, say) must be restored, never
 // replaced: a new one would hide every entry for good. Only a root with no
-// entries yet, as version 1's init left it, gets one here.
+// entries yet, as version 1's init left it, gets one here (files that
+// cannot be entries, as init --force keeps, do not count).
 func checkRootID(ctx context.Context, lower layer.Node, name string) error {
 	path := lowerPath(name, dirIDName)
 	id, err := layer.ReadFile(ctx, lower, dirIDName)
@@ -58,10 +59,13 @@ func checkRootID(ctx context.Context, lower layer.Node, name string) error {
 		return fmt.Errorf("read %s: %w", name, inLower(name, err))
 	}
 	for _, n := range names {
-		// Encrypted names never start with '.'; long ones and long
-		// targets stand in under .shale.L. and .shale.T.; other dot
-		// files are temporaries.
-		if n != ConfigName && (!strings.HasPrefix(n, ".") || strings.HasPrefix(n, ".shale.L.") || strings.HasPrefix(n, ".shale.T.")) {
+		// Encrypted names have their shape (sealedName); long ones and
+		// long targets stand in under .shale.L. and .shale.T.; other
+		// dot files are temporaries. Any other name never decodes,
+		// whatever the ID: files version 1's init --force kept (it left
+		// the ID to the first mount), an ext4 root's lost+found.
+		_, sealed := sealedName(n)
+		if n != ConfigName && (sealed || strings.HasPrefix(n, ".shale.L.") || strings.HasPrefix(n, ".shale.T.")) {
 			return fmt.Errorf("%s, the root directory's ID, is missing: restore it from a backup; without it no name in %s can be decoded (shale never makes a new one over existing files)", path, name)
 		}
 	}

@@ -55,11 +55,8 @@ func (l *Layer) EncodeName(dir []byte, name string) (string, error) {
 // whose ID is dir. Names that are not this layer's fail, and the template
 // hides them.
 func (l *Layer) DecodeName(dir []byte, lower string) (string, error) {
-	if len(lower) < nameEncoding.EncodedLen(sivTagSize+1) || lower[0] == '.' {
-		return "", errNameAuth
-	}
-	sealed, err := nameEncoding.DecodeString(lower)
-	if err != nil {
+	sealed, ok := sealedName(lower)
+	if !ok {
 		return "", errNameAuth
 	}
 	plain, err := l.names.open(sealed[:0:0], [][]byte{dir}, sealed)
@@ -78,6 +75,17 @@ func (l *Layer) DecodeName(dir []byte, lower string) (string, error) {
 		return "", errNameAuth
 	}
 	return name, nil
+}
+
+// sealedName gives the sealed bytes of lower name lower, if it has the
+// shape of an encrypted name (whatever the directory ID): strict
+// base64url, long enough for the synthetic IV and a byte.
+func sealedName(lower string) ([]byte, bool) {
+	if len(lower) < nameEncoding.EncodedLen(sivTagSize+1) || lower[0] == '.' {
+		return nil, false
+	}
+	sealed, err := nameEncoding.DecodeString(lower)
+	return sealed, err == nil
 }
 
 // checkName refuses what is not a single path component.
