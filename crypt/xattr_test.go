@@ -210,7 +210,19 @@ func xattrSteps(x xattrOps) []string {
 	list("list before any", 100)
 	remove("remove before any", "user.a")
 	set("REPLACE before any", "user.a", "1", unix.XATTR_REPLACE)
+	// A namespace alone is EINVAL whether or not the file has an
+	// identity yet.
+	for _, ns := range []string{"user.", "trusted."} {
+		get("get "+ns+" before any", ns, 10)
+		remove("remove "+ns+" before any", ns)
+		set("set "+ns+" before any", ns, "1", 0)
+		set("REPLACE "+ns+" before any", ns, "1", unix.XATTR_REPLACE)
+	}
 	set("set user.a", "user.a", "1", 0)
+	for _, ns := range []string{"user.", "trusted."} {
+		get("get "+ns+" with one", ns, 10)
+		remove("remove "+ns+" with one", ns)
+	}
 	set("set user.b", "user.b", "hello\x00world", 0)
 	set("set user.empty", "user.empty", "", 0)
 	get("size query", "user.b", 0)

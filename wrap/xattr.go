@@ -30,7 +30,7 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, lay
 	}
 	id, e := n.loadXattrID(ctx) // ENODATA: nothing was ever set
 	if e != 0 {
-		return 0, e
+		return 0, n.fs.withoutXattrID(name, e)
 	}
 	lname, e := n.fs.lowerXattrName(id, name, syscall.ENODATA)
 	if e != 0 {
@@ -66,7 +66,7 @@ func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags ui
 		e = 0
 	}
 	if e != 0 {
-		return e
+		return n.fs.withoutXattrID(name, e)
 	}
 	lname, e := n.fs.lowerXattrName(id, name, syscall.ERANGE)
 	if e != 0 {
@@ -138,7 +138,7 @@ func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
 	// one fewer race with a set.
 	id, e := n.loadXattrID(ctx)
 	if e != 0 {
-		return e
+		return n.fs.withoutXattrID(name, e)
 	}
 	lname, e := n.fs.lowerXattrName(id, name, syscall.ENODATA)
 	if e != 0 {
@@ -160,6 +160,22 @@ func (f *fs) lowerXattrName(id []byte, name string, tooLong layer.Errno) (string
 		return "", tooLong
 	}
 	return lname, 0
+}
+
+// withoutXattrID is the answer for name when the file's identity could
+// not be had (e, from loadXattrID). For a file with none (ENODATA), a
+// name the codec refuses whatever the identity is still refused as it
+// would be with one: a namespace alone is EINVAL, as Linux answers (the
+// kernel in front of a FUSE view leaves that check to the file system),
+// not ENODATA.
+func (f *fs) withoutXattrID(name string, e layer.Errno) layer.Errno {
+	if e != syscall.ENODATA {
+		return e
+	}
+	if _, err := f.xattrs.EncodeXattrName(make([]byte, f.xattrs.XattrIDSize()), name); err != nil {
+		return errnoOf(err, syscall.EINVAL)
+	}
+	return e
 }
 
 // loadXattrID returns the file's identity for the XattrCodec, the one
