@@ -252,7 +252,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
-	c, lh, e := n.Lower.Create(ctx, name, lowerFlags(flags), mode, out)
+	c, lh, e := n.Lower.Create(ctx, name, layer.BlockFlags(flags), mode, out)
 	if e != 0 {
 		return nil, nil, e
 	}
@@ -273,7 +273,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
-	lh, e := n.Lower.Open(ctx, lowerFlags(flags))
+	lh, e := n.Lower.Open(ctx, layer.BlockFlags(flags))
 	if e != 0 {
 		return nil, e
 	}
@@ -281,16 +281,4 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return lh, 0 // not a regular file: nothing to translate
 	}
 	return &file{n: n, lower: lh}, 0
-}
-
-// lowerFlags adapts open flags for the layer below: blocks are read,
-// modified and written whole, so a writer must be able to read, and
-// appends are placed by the layer (at the offset the kernel gives), not
-// by the lower file system.
-func lowerFlags(flags uint32) uint32 {
-	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
-		// Reading to modify must not count as an access.
-		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR | syscall.O_NOATIME
-	}
-	return flags &^ syscall.O_APPEND
 }

@@ -179,3 +179,18 @@ func ReadDirNames(ctx context.Context, dir Node) ([]string, error) {
 		}
 	}
 }
+
+// BlockFlags adapts open flags for the lower file of a layer that stores
+// file data in blocks of its own (wrap's BlockCodec, compress): blocks are
+// read, modified and written whole, so a writer must be able to read, and
+// reading to modify must not count as an access; appends are placed by
+// the layer, not by the lower file system; and O_DIRECT stays above,
+// where the kernel honours it: the layer's lower reads and writes (a
+// header, blocks grown by an overhead) are never aligned as direct I/O
+// requires (the lower file system would refuse them with EINVAL).
+func BlockFlags(flags uint32) uint32 {
+	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR | syscall.O_NOATIME
+	}
+	return flags &^ (syscall.O_APPEND | syscall.O_DIRECT)
+}

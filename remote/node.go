@@ -551,7 +551,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	var b p9wire.Enc
 	b.U32(hfid)
 	b.Str(name)
-	b.U32(p9wire.WireFlags(flags | unix.O_CREAT))
+	b.U32(openFlags(flags | unix.O_CREAT))
 	b.U32(n.newMode(c, dfid, id, mode&0o7777))
 	b.U32(id.gid)
 	d, err := c.rpc(p9wire.Tlcreate, b.B)
@@ -771,10 +771,10 @@ func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.
 	if err != nil {
 		return 0, 0, errno(err)
 	}
-	iounit, err = c.lopen(fid, p9wire.WireFlags(flags))
+	iounit, err = c.lopen(fid, openFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
-		iounit, err = c.lopen(fid, p9wire.WireFlags(flags&^unix.O_NOATIME))
+		iounit, err = c.lopen(fid, openFlags(flags&^unix.O_NOATIME))
 	}
 	if err != nil {
 		c.clunk(fid)
@@ -930,3 +930,10 @@ func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
 	}
 	return err
 }
+
+// openFlags are the wire flags a file is opened with on the server.
+// O_DIRECT stays here: it keeps a program's I/O out of this machine's
+// page cache, which the kernel above already does; on the server it would
+// only ask for aligned I/O, which some servers refuse at open (diod:
+// EINVAL).
+func openFlags(flags uint32) uint32 { return p9wire.WireFlags(flags &^ unix.O_DIRECT) }

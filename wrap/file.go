@@ -31,18 +31,13 @@ func lowerHandle(h layer.Handle) layer.Handle {
 	return h
 }
 
-// lowerFlags adapts open flags for the layer below: blocks are read,
-// modified and written whole, so a writer must be able to read, and
-// appends are placed by the template, not by the lower file system.
+// lowerFlags adapts open flags for the layer below (layer.BlockFlags,
+// where a BlockCodec stores the data).
 func (f *fs) lowerFlags(flags uint32) uint32 {
 	if f.blocks == nil {
 		return flags
 	}
-	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
-		// Reading to modify must not count as an access.
-		flags = flags&^syscall.O_ACCMODE | syscall.O_RDWR | syscall.O_NOATIME
-	}
-	return flags &^ syscall.O_APPEND
+	return layer.BlockFlags(flags)
 }
 
 // lowerLen is the lower file's size, through h.

@@ -90,9 +90,41 @@ type mount struct {
 	lower, mnt string
 }
 
-// mountShale mounts a fresh lower directory and registers a robust
+// A view is what a stress run mounts: shale mount's flags, and a step
+// that readies the fresh lower directory first and gives more flags.
+// Layers that transform data store other bytes below (transforms).
+type view struct {
+	flags      []string
+	prepare    func(t *testing.T, base, lower string) []string
+	transforms bool
+	fioSize    string // each fio job's --size, if not the job's own
+}
+
+// loopView is the plain loop view; the layers' views follow.
+var (
+	loopView = view{}
+	// The layers spend CPU on every byte: 32 MiB per job still crosses
+	// thousands of their blocks, within the suite's time.
+	compressView = view{flags: []string{"--layer", "compress"}, transforms: true, fioSize: "32m"}
+	cryptView    = view{prepare: initCrypt, transforms: true, fioSize: "32m"}
+)
+
+// initCrypt makes lower a crypt directory (a cheap key derivation) and
+// gives the flags that mount it.
+func initCrypt(t *testing.T, base, lower string) []string {
+	pass := filepath.Join(base, "pass")
+	if err := os.WriteFile(pass, []byte("stress\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runTool(t, base, hangGuard(t, time.Minute), shaleBin, "init", "--layer", "crypt", "--passfile", pass, "--scrypt-logn", "10", lower); r.err != nil {
+		r.fatal(t, "shale init")
+	}
+	return []string{"--layer", "crypt", "--passfile", pass}
+}
+
+// mountShale mounts v over a fresh lower directory and registers a robust
 // unmount: shale umount, then umount -l if that fails.
-func mountShale(t *testing.T, extra ...string) mount {
+func mountShale(t *testing.T, v view) mount {
 	t.Helper()
 	base := diskDir(t)
 	m := mount{lower: filepath.Join(base, "lower"), mnt: filepath.Join(base, "mnt")}
@@ -101,7 +133,10 @@ func mountShale(t *testing.T, extra ...string) mount {
 			t.Fatal(err)
 		}
 	}
-	args := append([]string{"mount"}, extra...)
+	args := append([]string{"mount"}, v.flags...)
+	if v.prepare != nil {
+		args = append(args, v.prepare(t, base, m.lower)...)
+	}
 	args = append(args, m.lower, m.mnt)
 	if r := runTool(t, base, hangGuard(t, time.Minute), shaleBin, args...); r.err != nil {
 		r.fatal(t, "shale "+strings.Join(args, " "))
@@ -353,9 +388,9 @@ var fioJobs = []struct {
 // times what each takes on a loaded machine.
 const toolGuard = 5 * time.Minute
 
-func testFio(t *testing.T, mountFlags ...string) {
+func testFio(t *testing.T, v view) {
 	requireTool(t, "fio")
-	m := mountShale(t, mountFlags...)
+	m := mountShale(t, v)
 	state := t.TempDir() // fio writes its verify state files to the cwd
 	for _, j := range fioJobs {
 		t.Run(j.name, func(t *testing.T) {
@@ -368,13 +403,18 @@ func testFio(t *testing.T, mountFlags ...string) {
 			args := append([]string{"--name=" + j.name, "--directory=" + dir,
 				"--do_verify=1", "--verify_fatal=1", "--verify_dump=0",
 				"--group_reporting"}, j.args...)
+			if v.fioSize != "" {
+				args = append(args, "--size="+v.fioSize) // fio takes the last
+			}
 			r := runTool(t, state, hangGuard(t, toolGuard), "fio", args...)
 			if r.hung {
 				r.fatal(t, "fio "+j.name)
 			}
 			checkFio(t, j.name, r.out, r.err)
 			alive(t, m)
-			sameContent(t, m, j.name)
+			if !v.transforms {
+				sameContent(t, m, j.name)
+			}
 			if err := os.RemoveAll(dir); err != nil {
 				t.Errorf("removing %s through the mount: %v", dir, err)
 			}
@@ -384,10 +424,17 @@ func testFio(t *testing.T, mountFlags ...string) {
 
 // TestFioVerify writes and verifies data through the mount with file data
 // in FUSE passthrough (the default where the kernel offers it).
-func TestFioVerify(t *testing.T) { testFio(t) }
+func TestFioVerify(t *testing.T) { testFio(t, loopView) }
 
 // TestFioVerifyNoPassthrough does the same with file data served by shale.
-func TestFioVerifyNoPassthrough(t *testing.T) { testFio(t, "--no-passthrough") }
+func TestFioVerifyNoPassthrough(t *testing.T) {
+	testFio(t, view{flags: []string{"--no-passthrough"}})
+}
+
+// The layers that transform data, whose read-modify-write of blocks,
+// headers and indexes fio's patterns (random, mmap, direct, async) cross.
+func TestFioVerifyCrypt(t *testing.T)    { testFio(t, cryptView) }
+func TestFioVerifyCompress(t *testing.T) { testFio(t, compressView) }
 
 // A stressor is a stress-ng stressor and the bogo operations it must
 // complete, about ten seconds' worth on an idle 2-core machine.
@@ -442,7 +489,7 @@ func TestStressNG(t *testing.T) {
 	}
 	for _, g := range stressGroups {
 		t.Run(g.name, func(t *testing.T) {
-			m := mountShale(t)
+			m := mountShale(t, loopView)
 			// No --timeout: stress-ng's default (a day) leaves the
 			// stressors to end on their operation counts; an expiring
 			// timeout would cut them short on a slow machine (the
@@ -545,7 +592,7 @@ func openFileLimit(pid int) int {
 // must not fail with EMFILE here: nothing is open. (stress-ng's dentry,
 // link, symlink, mknod and touch stressors run into the same limit.)
 func TestManyFiles(t *testing.T) {
-	m := mountShale(t)
+	m := mountShale(t, loopView)
 	pid := daemonPID(m.mnt)
 	limit := openFileLimit(pid)
 	n := limit + 5000
