@@ -73,6 +73,7 @@ results=$tmp/results.tsv
 : >"$results"
 pass=$tmp/passphrase
 echo "shale-bench passphrase" >"$pass"
+chmod 600 "$pass" # shale warns about a passphrase file others can read
 
 # --- systems ---------------------------------------------------------------
 # target SYS: the directory the workloads use on SYS.
