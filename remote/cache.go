@@ -360,8 +360,10 @@ func (c *cache) lookup(dir uint64, name string, uid uint32) (child, gen uint64, 
 	return p, ch.gen, ch.attr, true, true
 }
 
-// putAttr keeps path's attributes, read after snapshot since.
-func (c *cache) putAttr(since, path, gen uint64, a *layer.Attr) {
+// put runs fill on path's entry (of generation gen; 0: whatever it is)
+// if caching is on and nothing touched path since snapshot since: an
+// answer that crossed a change must not be kept.
+func (c *cache) put(since, path, gen uint64, fill func(e *centry)) {
 	if !c.on.Load() {
 		return
 	}
@@ -370,8 +372,12 @@ func (c *cache) putAttr(since, path, gen uint64, a *layer.Attr) {
 	if c.changedLocked(path, since) {
 		return
 	}
-	e := c.entLocked(path, gen)
-	e.attr, e.hasAttr = *a, true
+	fill(c.entLocked(path, gen))
+}
+
+// putAttr keeps path's attributes, read after snapshot since.
+func (c *cache) putAttr(since, path, gen uint64, a *layer.Attr) {
+	c.put(since, path, gen, func(e *centry) { e.attr, e.hasAttr = *a, true })
 }
 
 // putLookup keeps that uid walked name in dir to child, whose attributes
@@ -406,20 +412,13 @@ func addUid(s []uint32, uid uint32) []uint32 {
 
 // grant keeps that uid may list (directories) or read (files) path.
 func (c *cache) grant(since, path uint64, uid uint32, list bool) {
-	if !c.on.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(path, since) {
-		return
-	}
-	e := c.entLocked(path, 0)
-	if list {
-		e.lister = addUid(e.lister, uid)
-	} else {
-		e.reader = addUid(e.reader, uid)
-	}
+	c.put(since, path, 0, func(e *centry) {
+		if list {
+			e.lister = addUid(e.lister, uid)
+		} else {
+			e.reader = addUid(e.reader, uid)
+		}
+	})
 }
 
 // mayRead tells whether uid opened path (of generation gen) for reading
@@ -459,25 +458,18 @@ func (c *cache) xattr(path uint64, name string, uid uint32) (val []byte, absent,
 // putXattr keeps the server's answer to uid about name on path, read
 // after snapshot since: val, or absent.
 func (c *cache) putXattr(since, path, gen uint64, name string, uid uint32, val []byte, absent bool) {
-	if !c.on.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(path, since) {
-		return
-	}
-	e := c.entLocked(path, gen)
-	if e.xattrs == nil {
-		e.xattrs = map[string]xattrVal{}
-	}
-	x, had := e.xattrs[name]
-	if !had || x.Absent != absent || string(x.Val) != string(val) {
-		// Not the answer the others were given: it is theirs no more.
-		x = xattrVal{Val: val, Absent: absent}
-	}
-	x.Uids = addUid(x.Uids, uid)
-	e.xattrs[name] = x
+	c.put(since, path, gen, func(e *centry) {
+		if e.xattrs == nil {
+			e.xattrs = map[string]xattrVal{}
+		}
+		x, had := e.xattrs[name]
+		if !had || x.Absent != absent || string(x.Val) != string(val) {
+			// Not the answer the others were given: it is theirs no more.
+			x = xattrVal{Val: val, Absent: absent}
+		}
+		x.Uids = addUid(x.Uids, uid)
+		e.xattrs[name] = x
+	})
 }
 
 // Listings and symlinks.
@@ -498,17 +490,10 @@ func (c *cache) listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
 
 // putListing keeps path's complete listing, read by uid.
 func (c *cache) putListing(since, path uint64, uid uint32, ents []layer.DirEntry) {
-	if !c.on.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(path, since) {
-		return
-	}
-	e := c.entLocked(path, 0)
-	e.list, e.hasList = ents, true
-	e.lister = addUid(e.lister, uid)
+	c.put(since, path, 0, func(e *centry) {
+		e.list, e.hasList = ents, true
+		e.lister = addUid(e.lister, uid)
+	})
 }
 
 func (c *cache) readlink(path uint64) ([]byte, bool) {
@@ -524,16 +509,7 @@ func (c *cache) readlink(path uint64) ([]byte, bool) {
 }
 
 func (c *cache) putLink(since, path uint64, target []byte) {
-	if !c.on.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(path, since) {
-		return
-	}
-	e := c.entLocked(path, 0)
-	e.link, e.hasLink = slices.Clone(target), true
+	c.put(since, path, 0, func(e *centry) { e.link, e.hasLink = slices.Clone(target), true })
 }
 
 // Data.
@@ -599,31 +575,24 @@ func (c *cache) forgetBlock(path, gen uint64, idx int64) {
 // putData keeps data read from path at off, a multiple of blockSize;
 // eof tells that it ends at the end of the file.
 func (c *cache) putData(since, path, gen uint64, off int64, data []byte, eof bool) {
-	if !c.on.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(path, since) {
-		return
-	}
-	e := c.entLocked(path, gen)
-	for i := 0; i < len(data) || eof && i == len(data); i += blockSize {
-		b := data[i:min(i+blockSize, len(data))]
-		if len(b) < blockSize && !eof {
-			break
-		}
-		idx := (off + int64(i)) / blockSize
-		if c.blocks.put(path, e.gen, idx, b) {
-			if e.blks == nil {
-				e.blks = map[int64]int{}
+	c.put(since, path, gen, func(e *centry) {
+		for i := 0; i < len(data) || eof && i == len(data); i += blockSize {
+			b := data[i:min(i+blockSize, len(data))]
+			if len(b) < blockSize && !eof {
+				break
 			}
-			e.blks[idx] = len(b)
+			idx := (off + int64(i)) / blockSize
+			if c.blocks.put(path, e.gen, idx, b) {
+				if e.blks == nil {
+					e.blks = map[int64]int{}
+				}
+				e.blks[idx] = len(b)
+			}
+			if len(b) < blockSize {
+				break
+			}
 		}
-		if len(b) < blockSize {
-			break
-		}
-	}
+	})
 }
 
 // afterDropped ticks the clock for paths, reported as dropped, and
