@@ -167,7 +167,7 @@ func (j *jreader) fallback(why string) {
 	j.warned = true
 	j.mu.Unlock()
 	if !warned {
-		fs.log.Info("9p server has no journal controller: nothing cached, close-to-open consistency", "server", fs.where, "why", why)
+		fs.log.Info("9p server has no journal controller: nothing cached, close-to-open consistency (other clients' changes show at the next open, and within a mount's --timeout)", "server", fs.where, "why", why)
 	}
 }
 

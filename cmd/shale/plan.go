@@ -268,8 +268,7 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 			return st, nodes, opts, nil
 		}
 		// Without a controller other clients' changes go untold: they
-		// show within --timeout.
-		logger.Info("changes made by other clients of the server show within --timeout", "lower", p.spec.Lower)
+		// show within --timeout (remote says so, once, in its log).
 		opts.Timeout, opts.KeepCache = f.timeout, false
 		return st, nodes, opts, nil
 	}
