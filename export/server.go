@@ -401,10 +401,13 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 	f := &file{c: c, seq: c.seq.Add(1), who: c.s.caller(uid)}
 	if strings.Trim(aname, "/") == journal.Aname {
 		f.jt = newJnode(jRoot, nil)
+		// The QID before the bind: once bound, a pipelined request on
+		// the fid (a Tlcreate) may change what it names.
+		q := f.jt.qid()
 		if e := c.bind(fid, f, nil); e != 0 {
 			return e
 		}
-		m.Qid(f.jt.qid())
+		m.Qid(q)
 		return 0
 	}
 	top, e := f.mount(ctx, "")
@@ -427,12 +430,13 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall
 		c.unref(u)
 	}
 	f.pos = w.at
+	q := f.qid() // before the bind, as for the journal tree's
 	if e := c.bind(fid, f, nil); e != 0 {
 		f.release()
 		return e
 	}
-	c.note(ctx, f.r, f.qid())
-	m.Qid(f.qid())
+	c.note(ctx, f.r, q)
+	m.Qid(q)
 	return 0
 }
 
