@@ -19,3 +19,6 @@ go test -run='^$' -fuzz=FuzzServe -fuzztime=30s -fuzzminimizetime=0x ./export/
 # objstore/testdata/fuzz).
 go test -run='^$' -fuzz='^FuzzSuperblock$' -fuzztime=10s -fuzzminimizetime=0x ./objstore/
 go test -run='^$' -fuzz='^FuzzSavedIndex$' -fuzztime=10s -fuzzminimizetime=0x ./objstore/
+# The journal-callback records as a caching client reads them from the
+# network (seeds in the test).
+go test -run='^$' -fuzz='^FuzzNext$' -fuzztime=10s -fuzzminimizetime=0x ./journal/
