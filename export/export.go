@@ -58,6 +58,21 @@ type Options struct {
 	// JournalInterest bounds the QIDs one journal follows (0: a
 	// million); past it the journal is Reset.
 	JournalInterest int
+	// Sprite turns on Sprite's consistency rules (sprite.go): the
+	// journal tree says so to clients, which then delay their writes.
+	// Off, opens answer version 0 and nothing is recalled.
+	Sprite bool
+	// RecallTimeout bounds how long an open waits for a connected
+	// client to write back a file's dirty data (0: 10 s); past it the
+	// open goes on without them, and says so in the log (sprite.go).
+	RecallTimeout time.Duration
+	// Lease is how long a client that lost its connection keeps its
+	// claim to dirty data: opens of its files wait that long for it to
+	// come back and write them back (0: 20 s).
+	Lease time.Duration
+	// Grace, after a restart that followed a crash, is how long opens
+	// wait for clients to reclaim the dirty data they held (0: none).
+	Grace time.Duration
 }
 
 // Server serves a set of roots over 9P.
@@ -76,6 +91,7 @@ type Server struct {
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
 	counts   counters
 	ctl      *controller
+	sp       *sprite
 
 	usersMu sync.Mutex
 	users   map[uint32]groups
@@ -142,6 +158,7 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.sp = newSprite(s, &opts)
 	for name, n := range roots {
 		name = strings.Trim(name, "/")
 		r := &root{name: name, n: n}

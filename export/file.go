@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
@@ -52,6 +53,7 @@ type file struct {
 	mu     sync.RWMutex
 	opened bool
 	h      layer.Handle
+	so     *spriteOpen // the open as Sprite's rules count it (sprite.go)
 	d      layer.DirStream
 	xval   []byte    // a Txattrwalk's value or name list
 	xset   *xattrSet // what Txattrcreate gathers
@@ -111,8 +113,8 @@ func (f *file) release() {
 	f.c.mu.Unlock()
 	f.stopReads()
 	f.mu.Lock()
-	h, d := f.h, f.d
-	f.h, f.d = nil, nil
+	h, d, so := f.h, f.d, f.so
+	f.h, f.d, f.so = nil, nil, nil
 	f.mu.Unlock()
 	// The connection may have ended: what is given back is not cancelled.
 	ctx := f.opCtx(f.c.base)
@@ -125,6 +127,9 @@ func (f *file) release() {
 			h.Flush(ctx, o)
 		}
 		h.Release(ctx)
+	}
+	if so != nil {
+		f.c.s.sp.close(so, f.c)
 	}
 	if d != nil {
 		d.Close()
@@ -387,13 +392,15 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	if d.Err != nil {
 		return syscall.EINVAL
 	}
-	fl, e := openFlags(w)
+	writeBack := w&journal.WriteBack != 0
+	fl, e := openFlags(w &^ journal.WriteBack)
 	if e != 0 {
 		return e
 	}
 	if f.opened || f.xval != nil || f.xset != nil {
 		return syscall.EBADF
 	}
+	q := f.qid()
 	if f.rec != nil {
 		// Only regular files and directories: opening a fifo would hang
 		// the server, a device would be the server's, and clients (Linux
@@ -405,7 +412,20 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 				return e
 			}
 		case syscall.S_IFREG:
+			switch {
+			case !f.c.s.opts.Sprite:
+			case !writeBack:
+				write := fl&unix.O_ACCMODE != unix.O_RDONLY || fl&unix.O_TRUNC != 0
+				if q.Vers, e = f.spriteOpen(ctx, write); e != 0 {
+					return e
+				}
+			default:
+				if e = f.c.s.sp.writeBack(interestKey{f.r, q.Path}, f.c); e != 0 {
+					return e
+				}
+			}
 			if f.h, e = n.Open(ctx, fl); e != 0 {
+				f.spriteClose()
 				return e
 			}
 		default:
@@ -413,9 +433,28 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 		}
 	}
 	f.opened = true
-	m.Qid(f.qid())
+	m.Qid(q)
 	m.U32(0)
 	return 0
+}
+
+// spriteOpen counts an open of f's regular file under Sprite's rules
+// and returns the QID version to answer with.
+func (f *file) spriteOpen(ctx context.Context, write bool) (uint32, syscall.Errno) {
+	so := &spriteOpen{k: interestKey{f.r, f.qid().Path}, write: write}
+	v, e := f.c.s.sp.open(ctx, so.k, f.c, write)
+	if e == 0 {
+		f.so = so
+	}
+	return v, e
+}
+
+// spriteClose undoes spriteOpen, for an open that failed after it.
+func (f *file) spriteClose() {
+	if f.so != nil {
+		f.c.s.sp.close(f.so, f.c)
+		f.so = nil
+	}
 }
 
 // lcreate makes name in f's directory; f becomes the new file, open.
@@ -444,7 +483,13 @@ func (f *file) lcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 	f.pos = pos{r: f.r, rec: f.c.hold(f.r, cn), mode: a.Mode & syscall.S_IFMT, name: name}
 	f.h, f.opened = h, true
 	f.c.note(ctx, f.r, f.qid())
-	m.Qid(f.qid())
+	q := f.qid()
+	if f.c.s.opts.Sprite {
+		if q.Vers, e = f.spriteOpen(ctx, true); e != 0 {
+			return e // the file is made and open: the client's clunk releases it
+		}
+	}
+	m.Qid(q)
 	m.U32(0)
 	return 0
 }

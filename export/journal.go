@@ -74,6 +74,7 @@ type jrnl struct {
 	gone       time.Time             // since when conns is 0
 	wake       chan struct{}         // closed when a record is added
 	deleted    bool
+	sprite     bool // the client follows Sprite's rules (its hello)
 }
 
 // find returns the journal of name, after deleting those gone too long.

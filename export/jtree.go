@@ -37,6 +37,7 @@ type jnode struct {
 	stop  chan struct{} // closed when the fid goes, ending its reads
 	once  sync.Once     // closes stop
 	stats []byte        // jStats, opened: what it read then
+	vers  uint32        // jFile: journal.Sprite if the server follows its rules
 }
 
 // newJnode is a fid's place in the journal tree, with its stop channel
@@ -60,7 +61,7 @@ func (n *jnode) qid() p9wire.Qid {
 	case jStats:
 		return p9wire.Qid{Path: jpath(statsName)}
 	}
-	return p9wire.Qid{Path: jpath(n.j.name)}
+	return p9wire.Qid{Path: jpath(n.j.name), Vers: n.vers}
 }
 
 // jpath is a QID path of the journal tree: far from inode numbers and
@@ -91,7 +92,7 @@ func validUUID(name string) bool {
 
 // jwalk walks names in the journal tree.
 func (f *file) jwalk(names []string) (*file, []p9wire.Qid, syscall.Errno) {
-	at := jnode{kind: f.jt.kind, j: f.jt.j}
+	at := jnode{kind: f.jt.kind, j: f.jt.j, vers: f.c.s.spriteVers()}
 	var qids []p9wire.Qid
 	for i, name := range names {
 		switch {
@@ -116,11 +117,13 @@ func (f *file) jwalk(names []string) (*file, []p9wire.Qid, syscall.Errno) {
 				}
 				return nil, qids, 0
 			}
-			at = jnode{kind: jFile, j: j}
+			at = jnode{kind: jFile, j: j, vers: f.c.s.spriteVers()}
 		}
 		qids = append(qids, at.qid())
 	}
-	return &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, jt: newJnode(at.kind, at.j)}, qids, 0
+	nj := newJnode(at.kind, at.j)
+	nj.vers = at.vers
+	return &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, jt: nj}, qids, 0
 }
 
 // stopJournalReads ends every journal read of c.
@@ -254,28 +257,54 @@ func (f *file) jcreate(d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	if e := ctl.attach(f.c, j); e != 0 {
 		return e
 	}
-	f.jt.kind, f.jt.j = jFile, j
+	f.jt.kind, f.jt.j, f.jt.vers = jFile, j, f.c.s.spriteVers()
 	f.opened = true
 	m.Qid(f.jt.qid())
 	m.U32(0)
 	return 0
 }
 
-// jdropped applies a write of Dropped records: the client no longer
-// caches their QIDs. A write that is not all well-framed Dropped records
-// changes nothing and is EINVAL.
+// jdropped applies a write of records from the client: Dropped (it no
+// longer caches the QID), and Sprite's Dirty and Clean (sprite.go). A
+// write that is not all well-framed records of those kinds changes
+// nothing and is EINVAL.
 func (f *file) jdropped(data []byte, m *p9wire.Enc) syscall.Errno {
-	var paths []uint64
+	var recs []journal.Record
 	for b := data; len(b) > 0; {
 		r, rest, err := journal.Next(b)
-		if err != nil || r.Kind != journal.Dropped {
+		if err != nil || r.Kind != journal.Dropped && r.Kind != journal.Dirty && r.Kind != journal.Clean {
 			return syscall.EINVAL
 		}
-		paths = append(paths, r.Qid.Path)
+		recs = append(recs, r)
 		b = rest
 	}
-	for _, p := range paths {
-		f.jt.j.drop(f.c.s.roots, p)
+	j, sp := f.jt.j, f.c.s.sp
+	var refused syscall.Errno
+	for _, r := range recs {
+		switch {
+		case r.Kind == journal.Dropped:
+			j.drop(f.c.s.roots, r.Qid.Path)
+		case r.Kind == journal.Dirty:
+			j.mu.Lock()
+			j.sprite = true // only a client that follows the rules reclaims
+			j.mu.Unlock()
+			if e := sp.dirtyFrom(j, r.Qid.Path); e != 0 {
+				refused = e
+			}
+		case r.Qid.Path == 0:
+			j.mu.Lock()
+			j.sprite = true // the hello
+			j.mu.Unlock()
+			if r.Seq != 0 {
+				sp.cleanAll(j, r.Seq)
+			}
+		default:
+			sp.clean(j, r.Qid.Path, r.Seq)
+		}
+	}
+	if refused != 0 {
+		// A client reclaims one file a write, so it knows which.
+		return refused
 	}
 	m.U32(uint32(len(data)))
 	return 0

@@ -32,6 +32,10 @@ var typeNames = []struct {
 	{p9wire.Tunlinkat, "Tunlinkat"},
 }
 
+// Stats is the text of the journal tree's stats file, for a process's
+// own use (shale serve --metrics).
+func (s *Server) Stats() []byte { return s.stats() }
+
 // stats is the text of the stats file: "name value" a line, names
 // without spaces, values decimal integers. docs/network.md lists them.
 func (s *Server) stats() []byte {
@@ -77,5 +81,18 @@ func (s *Server) stats() []byte {
 	line("records.sent", ctl.sent.Load())
 	line("resets", ctl.resets.Load())
 	line("epoch", ctl.epoch)
+	sp := s.sp
+	sp.mu.Lock()
+	files := len(sp.files)
+	sp.mu.Unlock()
+	line("sprite.files", files)
+	line("sprite.opens", sp.opens.Load())
+	line("sprite.opens.write", sp.writeOpens.Load())
+	line("sprite.opens.recall", sp.recalls.Load())
+	line("sprite.opens.shared", sp.shared.Load())
+	line("sprite.opens.grace", sp.graceWaits.Load())
+	line("sprite.recall.timeouts", sp.timeouts.Load())
+	line("sprite.writebacks", sp.writeBacks.Load())
+	line("sprite.writebacks.refused", sp.refused.Load())
 	return []byte(b.String())
 }

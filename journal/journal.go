@@ -52,7 +52,51 @@ const (
 	Change  Kind = 1 // something about Qid changed; the fields say what
 	Reset   Kind = 2 // drop everything cached (Qid is zero)
 	Dropped Kind = 3 // client to controller: Qid is no longer cached
+
+	// Sprite's consistency rules (seeds/001), between a controller and
+	// clients that follow them (see Sprite below).
+
+	// Recall, controller to client: write back the data of Qid you hold
+	// dirty, then send Clean of Qid. Another client is opening the file.
+	Recall Kind = 4
+	// Uncache, controller to client: Qid is open on another client and
+	// one of you writes it. Write back its dirty data, send Clean of it,
+	// and cache none of its data (read and write through to the server)
+	// until an open of it is answered without NoCache.
+	Uncache Kind = 5
+	// Dirty, client to controller: this client holds data of Qid not
+	// yet written back. Sent after a reconnection, to reclaim what the
+	// controller (restarted, or told of no open) does not know of.
+	Dirty Kind = 6
+	// Clean, client to controller: this client holds no dirty data of
+	// Qid; its Seq is that of the Recall or Uncache it answers. A Clean
+	// of Qid path 0 is the client's hello: it follows Sprite's rules, so
+	// the controller may send it Recall and Uncache, and it has sent
+	// every Dirty it had to reclaim. With a Seq (that of a Reset, which
+	// may have stood for lost Recalls), it also says that every file was
+	// written back: it answers all that was asked before.
+	Clean Kind = 7
 )
+
+// Sprite's rules on the wire. A controller that follows them gives its
+// journal files this QID version (in Rwalk, Rlopen and Rlcreate); with
+// any other version a client writes through and caches as before. The
+// controller then answers every Tlopen and Tlcreate of a regular file
+// with the file's version in the QID: 31 bits, bumped by each open for
+// writing, so an open for reading finds the version it cached and an
+// open for writing the one after it; bit NoCache set means the file is
+// write-shared with another client now: cache none of its data.
+const (
+	Sprite  uint32 = 0x53505231 // "SPR1"
+	NoCache uint32 = 1 << 31
+	// WriteBack, a Tlopen flag: the open only writes back delayed data
+	// (no program opened the file): it bumps no version and shares
+	// nothing.
+	WriteBack uint32 = 1 << 30
+)
+
+// NextVersion is the version after v, as an open for writing makes it.
+func NextVersion(v uint32) uint32 { return (v + 1) &^ NoCache }
 
 // FieldType is a field's type.
 type FieldType uint8

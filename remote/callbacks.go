@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type jreader struct {
 	seq       uint64 // the last applied
 	warned    bool   // the fallback was logged
 	cur       *conn  // the connection whose journal is read
+	fid       uint32 // cur's fid of the journal, open
 	onRecord  func(r *journal.Record, events []layer.Event)
 	flushWait time.Duration
 }
@@ -72,9 +74,10 @@ func (j *jreader) open(c *conn) error {
 	uuid := j.uuid
 	j.mu.Unlock()
 	created := false
+	var q p9wire.Qid
 	fid, _, err := c.walk(root, []string{uuid})
 	if err == nil {
-		_, err = c.lopen(fid, p9wire.WireFlags(unix.O_RDWR))
+		q, _, err = c.lopen(fid, p9wire.WireFlags(unix.O_RDWR))
 		if err != nil {
 			c.clunk(fid)
 		}
@@ -88,8 +91,11 @@ func (j *jreader) open(c *conn) error {
 			b.U32(p9wire.WireFlags(unix.O_RDWR))
 			b.U32(0o600)
 			b.U32(uint32(os.Getegid()))
-			if _, err = c.rpc(p9wire.Tlcreate, b.B); err != nil {
+			var d *p9wire.Dec
+			if d, err = c.rpc(p9wire.Tlcreate, b.B); err != nil {
 				c.clunk(fid)
+			} else {
+				q = d.Qid()
 			}
 			created = true
 		}
@@ -109,8 +115,17 @@ func (j *jreader) open(c *conn) error {
 		j.dropAll()
 	}
 	fs.controller.Store(true)
+	// Sprite's rules: what this client holds dirty goes first, before
+	// any open can ask for it (sprite.go).
+	sprite := q.Vers == journal.Sprite
+	fs.sprite.Store(sprite)
+	if sprite {
+		if err := j.reclaim(c, fid); err != nil {
+			return err
+		}
+	}
 	j.mu.Lock()
-	j.cur = c
+	j.cur, j.fid = c, fid
 	j.mu.Unlock()
 	// The cache serves again once the records missed while we were away
 	// are applied: the read answers at once if there are any, and blocks
@@ -250,10 +265,21 @@ func (j *jreader) apply(r *journal.Record) {
 	path := r.Qid.Path
 	tok := layer.Token{Ino: path, Gen: fs.genOf(path)}
 	switch {
+	case r.Kind == journal.Recall || r.Kind == journal.Uncache:
+		// Writing back takes requests: not on the journal's reader.
+		go fs.recalled(path, r.Seq, r.Kind == journal.Uncache)
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
 		cc.dropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
+		if r.Kind == journal.Reset && fs.sprite.Load() {
+			// Recalls may have been lost with the queue: all is
+			// written back, and a Clean of no file answers them all.
+			go func(seq uint64) {
+				fs.writeBackAll(context.Background(), wbReset)
+				j.send(journal.Record{Kind: journal.Clean, Seq: seq})
+			}(r.Seq)
+		}
 	case !r.Known():
 		cc.drop(path)
 		if r.Qid.Type&p9wire.QTDir != 0 {

@@ -409,17 +409,17 @@ func (c *conn) getattr(fid uint32) (p9wire.Rattr, error) {
 	return r, nil
 }
 
-// lopen opens fid with 9P2000.L flags and returns its iounit.
-func (c *conn) lopen(fid, flags uint32) (uint32, error) {
+// lopen opens fid with 9P2000.L flags and returns its QID and iounit.
+func (c *conn) lopen(fid, flags uint32) (p9wire.Qid, uint32, error) {
 	var e p9wire.Enc
 	e.U32(fid)
 	e.U32(flags)
 	d, err := c.rpc(p9wire.Tlopen, e.B)
 	if err != nil {
-		return 0, err
+		return p9wire.Qid{}, 0, err
 	}
-	d.Qid()
-	return d.U32(), nil
+	q := d.Qid()
+	return q, d.U32(), nil
 }
 
 // ioSize is how many bytes one Tread or Twrite on a fid with iounit moves.

@@ -53,9 +53,12 @@ func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
 	if h.c == c {
 		return c, h.fid, h.iounit, 0
 	}
-	fid, iounit, e := h.n.openFid(c, h.uid, h.flags)
+	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
 	if e != 0 {
 		return nil, 0, 0, e
+	}
+	if h.flags&unix.O_DIRECTORY == 0 {
+		h.fs.reopened(h.n.tok.Ino, q.Vers)
 	}
 	if len(h.owners) > 0 {
 		// The server dropped its locks with the connection; whoever
@@ -72,16 +75,28 @@ func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
 	return c, fid, iounit, 0
 }
 
-// Read serves what the cache has; on a miss it reads the blocks that
-// cover the request from the server, and caches them.
+// Read serves the file's delayed writes over what the cache has; on a
+// miss it reads the blocks that cover the request from the server, and
+// caches them.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
-	fs := h.fs
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
+	k, ok, e := h.readDirty(ctx, dest, off)
+	if !ok {
+		k, e = h.readClean(ctx, dest, off)
+	}
+	h.fs.ctr.readBytes.Add(uint64(k))
+	return k, e
+}
+
+// readClean reads what the server has, through the cache.
+func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	fs := h.fs
 	path := h.n.tok.Ino
 	touch := fs.cc.touches(path)
-	if !touch {
+	uncached := fs.uncached(path)
+	if !touch && !uncached {
 		if k, ok := fs.cc.read(path, h.n.tok.Gen, dest, off); ok {
 			fs.hit(kindData)
 			fs.ctr.bytesFromCache.Add(uint64(k))
@@ -108,8 +123,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	if touch {
 		defer fs.cc.dropTimes(path) // the server's read moved atime
 	}
-	if !fs.cc.on.Load() {
+	if !fs.cc.on.Load() || uncached {
 		k, err := c.readAt(fid, iounit, dest, off)
+		fs.ctr.bytesFromServer.Add(uint64(k))
 		if err != nil && k == 0 {
 			return 0, errno(err)
 		}
@@ -132,12 +148,25 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	return copy(dest, buf[off-start:k]), 0
 }
 
+// Write delays the data (Sprite's rules, sprite.go), or writes it
+// through.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
+	h.fs.ctr.writeBytes.Add(uint64(len(data)))
+	if h.fs.delaying() {
+		if delayed, e := h.delayWrite(ctx, data, off); delayed {
+			if e != 0 {
+				return 0, e
+			}
+			h.fs.raiseRange(ctx, layer.Data, h.n.tok, "", off, int64(len(data)))
+			return len(data), 0
+		}
+	}
 	c, fid, iounit, e := h.use(ctx)
 	if e != 0 {
 		return 0, e
 	}
 	k, err := c.writeAt(fid, iounit, data, off)
+	h.fs.ctr.writeServerBytes.Add(uint64(k))
 	if k > 0 || err != nil {
 		// What the write changed, wherever it got: an append's offset is
 		// the server's, so all of the file then.
@@ -208,10 +237,19 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 		}
 		h.fs.procUnref(owner)
 	}
-	return 0
+	// Delayed writes that could not be written back fail the close.
+	return h.fs.takeErr(h.n.tok.Ino)
 }
 
+// Fsync writes the delayed data back, then has the server sync it.
 func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
+	e := h.fs.writeBack(ctx, h.n.tok.Ino, wbFsync)
+	if lost := h.fs.takeErr(h.n.tok.Ino); e == 0 {
+		e = lost
+	}
+	if e != 0 {
+		return e
+	}
 	c, fid, _, e := h.use(ctx)
 	if e != 0 {
 		return e
@@ -234,6 +272,7 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	c, fid, owners := h.c, h.fid, h.owners
 	h.released, h.owners = true, nil
 	h.mu.Unlock()
+	h.fs.released(h)
 	live := c != nil && c.alive()
 	for o := range owners {
 		if live {
@@ -278,6 +317,7 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if err != nil {
 		return 0, errno(err)
 	}
+	h.fs.overlayAttr(h.n.tok.Ino, &ra.Attr)
 	size := int64(ra.Attr.Size)
 	switch {
 	case off < 0 || off >= size:
@@ -483,7 +523,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		h.fs.noGetlock.Store(true)
 		h.fs.log.Debug("9p server has no Tgetlock: probing with Tlock", "err", err)
 	}
-	pfid, _, e := h.n.openFid(c, h.uid, h.flags&unix.O_ACCMODE)
+	pfid, _, _, e := h.n.openFid(c, h.uid, h.flags&unix.O_ACCMODE)
 	if e != 0 {
 		return e
 	}

@@ -282,6 +282,7 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	cc := n.fs.cc
+	defer n.fs.overlayAttr(n.tok.Ino, out)
 	if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
 		n.fs.hit(kindStat)
 		*out = a
@@ -317,6 +318,9 @@ func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, func(
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	defer n.fs.overlayAttr(n.tok.Ino, out) // after unlock
+	unlock := n.fs.beforeSetattr(ctx, n.tok.Ino, in)
+	defer unlock()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
 	if e != 0 {
@@ -423,6 +427,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 		ch := n.fs.newNode(layer.Token{Ino: path, Gen: gen})
 		n.adopt(name, ch)
 		*out = a
+		n.fs.overlayAttr(path, out)
 		return ch, 0
 	}
 	n.fs.miss(kindStat)
@@ -436,6 +441,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
+	n.fs.overlayAttr(ch.tok.Ino, out)
 	return ch, 0
 }
 
@@ -579,6 +585,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		ch = n.fs.newNode(token(&ra))
 	}
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
+	n.fs.opened(ch, h, q.Vers, true)
+	if flags&unix.O_TRUNC != 0 {
+		n.fs.truncated(ch.tok.Ino, 0)
+	}
 	return ch, h, 0
 }
 
@@ -602,6 +612,9 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	known := n.known(name)
 	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
 		return errno(err)
+	}
+	for _, p := range known {
+		n.fs.unlinked(p) // before its attributes go: the link count tells
 	}
 	n.fs.cc.dropEntry(n.tok.Ino, name)
 	for _, p := range known {
@@ -760,27 +773,27 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	return []byte(target), 0
 }
 
-// openFid clones the node's fid for uid and opens it.
-func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, e layer.Errno) {
+// openFid clones the node's fid for uid and opens it with flags (open(2)'s).
+func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
 	nfid, done, e := n.fidOn(c, uid)
 	if e != 0 {
-		return 0, 0, e
+		return 0, 0, q, e
 	}
 	fid, _, err := c.walk(nfid, nil)
 	done()
 	if err != nil {
-		return 0, 0, errno(err)
+		return 0, 0, q, errno(err)
 	}
-	iounit, err = c.lopen(fid, openFlags(flags))
+	q, iounit, err = c.lopen(fid, openFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
-		iounit, err = c.lopen(fid, openFlags(flags&^unix.O_NOATIME))
+		q, iounit, err = c.lopen(fid, openFlags(flags&^unix.O_NOATIME))
 	}
 	if err != nil {
 		c.clunk(fid)
-		return 0, 0, errno(err)
+		return 0, 0, q, errno(err)
 	}
-	return fid, iounit, 0
+	return fid, iounit, q, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
@@ -788,8 +801,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	id := identOf(ctx)
 	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
-	if flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, n.tok.Gen, id.uid) {
-		// Opened on the server when a read misses, if one does.
+	if !n.fs.sprite.Load() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, n.tok.Gen, id.uid) {
+		// Opened on the server when a read misses, if one does (Sprite's
+		// rules want the server to see every open).
 		return h, 0
 	}
 	since := cc.snap()
@@ -797,16 +811,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if e != 0 {
 		return nil, e
 	}
-	fid, iounit, e := n.openFid(c, id.uid, flags)
+	fid, iounit, q, e := n.openFid(c, id.uid, flags)
 	if e != 0 {
 		return nil, e
 	}
+	h.c, h.fid, h.iounit = c, fid, iounit
+	n.fs.opened(n, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0)
 	if flags&unix.O_TRUNC != 0 {
 		cc.dropData(n.tok.Ino, 0, 0)
+		n.fs.truncated(n.tok.Ino, 0)
 	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
 		cc.grant(since, n.tok.Ino, id.uid, false)
 	}
-	h.c, h.fid, h.iounit = c, fid, iounit
 	return h, 0
 }
 
@@ -825,7 +841,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 		return nil, e
 	}
 	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
-	fid, iounit, e := n.openFid(c, id.uid, flags)
+	fid, iounit, _, e := n.openFid(c, id.uid, flags)
 	if e != 0 {
 		return nil, e
 	}

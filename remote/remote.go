@@ -86,6 +86,14 @@ type Options struct {
 	// of the client (disk.go). One client owns a directory at a time.
 	CacheDir string
 
+	// WriteDelay is how long written data may stay in the client before
+	// it is written back, with a server that follows Sprite's rules
+	// (sprite.go): 0 means 30 s, negative means write through.
+	WriteDelay time.Duration
+	// DirtyMax bounds the delayed data: past it the files dirty longest
+	// are written back at once. 0 means 64 MiB.
+	DirtyMax int64
+
 	idleFids     int                                  // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
 	cacheEntries int                                  // QIDs whose metadata is cached; 0 means defaultCacheEntries
 	flushWait    time.Duration                        // how often evicted QIDs are reported; 0 means 2 s
@@ -139,6 +147,15 @@ type FS struct {
 	liveMu     sync.Mutex  // guards live
 	live       map[uint64]liveTok
 
+	// Sprite's rules (sprite.go).
+	sprite     atomic.Bool // the server follows them
+	writeDelay time.Duration
+	dirtyMax   int64
+	dirtyBytes atomic.Int64
+	smu        sync.Mutex
+	sfiles     map[uint64]*sfile
+	done       chan struct{} // closed by Close: ends the flusher
+
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat
 	noUnlinkat atomic.Bool // the server lacks Tunlinkat
@@ -156,7 +173,14 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, dial: dial, where: where, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
 		idleFids: opts.idleFids, procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{},
-		posix: map[posixLock]bool{}, ready: make(chan struct{})}
+		posix: map[posixLock]bool{}, ready: make(chan struct{}),
+		writeDelay: opts.WriteDelay, dirtyMax: opts.DirtyMax, sfiles: map[uint64]*sfile{}, done: make(chan struct{})}
+	if fs.writeDelay == 0 {
+		fs.writeDelay = defaultWriteDelay
+	}
+	if fs.dirtyMax <= 0 {
+		fs.dirtyMax = defaultDirtyMax
+	}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}
@@ -195,6 +219,9 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	}
 	root := fs.newNode(token(&ra))
 	root.isRoot = true
+	if fs.writeDelay > 0 {
+		go fs.flusher()
+	}
 	return root, nil
 }
 
@@ -403,11 +430,20 @@ func (fs *FS) conn(ctx context.Context) (*conn, layer.Errno) {
 // disk cache is saved, to be used by the next client of its directory.
 func (fs *FS) Close() error {
 	fs.mu.Lock()
+	closed := fs.closed
+	fs.mu.Unlock()
+	if closed {
+		return nil
+	}
+	// Delayed writes go to the server before the connection does.
+	fs.writeBackAll(context.Background(), wbUnmount)
+	fs.mu.Lock()
 	if fs.closed {
 		fs.mu.Unlock()
 		return nil
 	}
 	fs.closed = true
+	close(fs.done)
 	c := fs.cur
 	fs.mu.Unlock()
 	if c != nil {
@@ -498,7 +534,8 @@ func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.To
 
 // OptionsFromQuery reads a 9p:// URL's client options: keyfile=PATH,
 // timeout=DURATION, msize=BYTES, cachesize=BYTES (0 or off: no cache),
-// cachedir=DIR.
+// cachedir=DIR, writedelay=DURATION (0 or off: write through),
+// dirtymax=BYTES.
 func OptionsFromQuery(q url.Values) (Options, error) {
 	var o Options
 	for k, v := range q {
@@ -537,8 +574,23 @@ func OptionsFromQuery(q url.Values) (Options, error) {
 				return o, errors.New("cachedir=: want a directory")
 			}
 			o.CacheDir = val
+		case "writedelay":
+			d, err := time.ParseDuration(val)
+			if val == "off" || val == "0" {
+				d, err = -1, nil
+			}
+			if err != nil || d == 0 {
+				return o, fmt.Errorf("writedelay=%s: want a duration such as 30s, or 0 to write through", val)
+			}
+			o.WriteDelay = d
+		case "dirtymax":
+			n, err := humanize.ParseBytes(val)
+			if err != nil || n < 1<<20 || n > 1<<40 {
+				return o, fmt.Errorf("dirtymax=%s: want a size such as 64MiB (at least 1MiB)", val)
+			}
+			o.DirtyMax = int64(n)
 		default:
-			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout, msize, cachesize and cachedir", k)
+			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout, msize, cachesize, cachedir, writedelay and dirtymax", k)
 		}
 	}
 	return o, nil

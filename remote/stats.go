@@ -31,6 +31,42 @@ type counters struct {
 	bytesFromServer  atomic.Uint64
 	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
 	journalRecvBytes atomic.Uint64
+
+	// Sprite's rules (sprite.go).
+	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
+	writeServerBytes      atomic.Uint64 // written to the server: back or through
+	discarded, lost       atomic.Uint64 // dirty bytes never sent: replaced, truncated, unlinked; or refused
+	writeBacks            [nReasons]atomic.Uint64
+	opens, opensStale     atomic.Uint64 // Tlopens answered; those that found another version
+	opensNoCache          atomic.Uint64 // answered NoCache: write-shared
+	recalls, uncaches     atomic.Uint64 // records received
+	reclaimsRefused       atomic.Uint64
+}
+
+// SpriteStats are the counters of Sprite's tables (seeds/001) for a
+// client of a server that follows its rules.
+type SpriteStats struct {
+	WriteDelay string `json:"write_delay"` // "off": write-through
+	// Bytes as programs read and wrote them, and as they went to and
+	// from the server (data reads; writes back and through).
+	ReadBytes        uint64 `json:"read_bytes"`
+	ReadServerBytes  uint64 `json:"read_server_bytes"`
+	WriteBytes       uint64 `json:"write_bytes"`
+	WriteServerBytes uint64 `json:"write_server_bytes"`
+	// Written bytes that never reached the server: overwritten,
+	// truncated or unlinked while delayed; and those lost (refused).
+	Discarded  uint64            `json:"discarded_bytes"`
+	Lost       uint64            `json:"lost_bytes"`
+	DirtyBytes int64             `json:"dirty_bytes"`
+	DirtyFiles int               `json:"dirty_files"`
+	WriteBacks map[string]uint64 `json:"writebacks"` // by reason
+	// Opens, and those that needed a consistency action.
+	Opens           uint64 `json:"opens"`
+	OpensStale      uint64 `json:"opens_stale"`   // another version: cache dropped
+	OpensNoCache    uint64 `json:"opens_nocache"` // write-shared: not cached
+	Recalls         uint64 `json:"recalls"`       // Recall records answered
+	Uncaches        uint64 `json:"uncaches"`      // Uncache records answered
+	ReclaimsRefused uint64 `json:"reclaims_refused"`
 }
 
 // Stats is a snapshot of a client's counters (shale stats MOUNTPOINT).
@@ -50,6 +86,8 @@ type Stats struct {
 	BytesReceived uint64 `json:"bytes_received"`
 	CachedFiles   int    `json:"cached_files"`
 	CachedBytes   int64  `json:"cached_bytes"` // file data held, in memory or on disk
+	// Sprite is there with a server that follows Sprite's rules.
+	Sprite *SpriteStats `json:"sprite,omitempty"`
 }
 
 var typeNames = map[uint8]string{
@@ -88,6 +126,26 @@ func (fs *FS) Stats() Stats {
 	s.Caching = fs.cc.on.Load()
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.size()
+	if fs.sprite.Load() {
+		s.Sprite = fs.spriteStats()
+	}
+	return s
+}
+
+func (fs *FS) spriteStats() *SpriteStats {
+	c := &fs.ctr
+	s := &SpriteStats{WriteDelay: "off", ReadBytes: c.readBytes.Load(), ReadServerBytes: c.bytesFromServer.Load(),
+		WriteBytes: c.writeBytes.Load(), WriteServerBytes: c.writeServerBytes.Load(),
+		Discarded: c.discarded.Load(), Lost: c.lost.Load(), DirtyBytes: fs.dirtyBytes.Load(),
+		DirtyFiles: len(fs.dirtyFiles()), WriteBacks: map[string]uint64{},
+		Opens: c.opens.Load(), OpensStale: c.opensStale.Load(), OpensNoCache: c.opensNoCache.Load(),
+		Recalls: c.recalls.Load(), Uncaches: c.uncaches.Load(), ReclaimsRefused: c.reclaimsRefused.Load()}
+	if fs.writeDelay > 0 {
+		s.WriteDelay = fs.writeDelay.String()
+	}
+	for r := range nReasons {
+		s.WriteBacks[reasonNames[r]] = c.writeBacks[r].Load()
+	}
 	return s
 }
 

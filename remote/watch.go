@@ -192,7 +192,7 @@ func ServerStats(ctx context.Context, r p9net.Remote, opts Options) ([]byte, err
 		return nil, fmt.Errorf("9p server at %s: no statistics file (%v)", fs.where, errno(err))
 	}
 	defer c.clunk(fid)
-	if _, err := c.lopen(fid, p9wire.WireFlags(unix.O_RDONLY)); err != nil {
+	if _, _, err := c.lopen(fid, p9wire.WireFlags(unix.O_RDONLY)); err != nil {
 		return nil, fmt.Errorf("9p server at %s: open statistics: %v", fs.where, errno(err))
 	}
 	var out []byte

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/shalefs/shale/metrics"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
@@ -41,6 +42,15 @@ type mountFlags struct {
 	timeoutSet bool     // --timeout was given
 	options    []string // -o, as mount(8) gives them (mountopts.go)
 	vfs        vfsFlags // the generic ones of options
+	// With a 9p:// LOWER, Sprite's delayed write (remote.Options
+	// WriteDelay and DirtyMax) and the client's metrics endpoint. client
+	// says the command has these flags (shale mount; not shale serve).
+	client        bool
+	writeDelay    time.Duration
+	dirtyMax      string
+	writeDelaySet bool // --write-delay was given
+	dirtyMaxSet   bool // --dirty-max was given
+	metrics       string
 }
 
 // readyFdEnv names the descriptor on which a background child reports
@@ -109,7 +119,25 @@ attributes, names, listings and file data, kept current by the server's
 callbacks, so the kernel keeps them for an hour too; --cache-size bounds the
 data, and --cache-dir DIR keeps it on disk, where a restarted mount finds it
 again. Other servers (diod) get close-to-open consistency, as with a LOWER
-that cannot be watched. "shale stats MOUNTPOINT" prints its counters.`,
+that cannot be watched. "shale stats MOUNTPOINT" prints its counters.
+
+With a server that follows Sprite's consistency rules (shale serve), writes
+are delayed: data programs write stays on the client, in memory, for up to
+--write-delay (default 30s) and is written back to the server then, at fsync,
+when the server recalls it (another client opens the file), when more than
+--dirty-max (default 64MiB) is waiting, and at unmount. Data deleted,
+truncated or overwritten before then never reaches the server. Every open
+asks the server for the file's version, so a client that opens a file after
+another closed it reads what was written; a file open on two clients with one
+of them writing is not cached at all. Data still delayed is lost if the
+serving process is killed (kill -9) or the machine crashes, as unflushed
+pages of a local file system are; programs that need it on the server call
+fsync. --write-delay 0 writes through: every write goes to the server before
+it returns.
+
+--metrics HOST:PORT serves the 9P client's counters (requests, cache hits and
+misses, delayed writes) to Prometheus on http://HOST:PORT/metrics, as
+shale_client_* metrics.`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
@@ -117,6 +145,8 @@ that cannot be watched. "shale stats MOUNTPOINT" prints its counters.`,
 				return err
 			}
 			f.timeoutSet = cmd.Flags().Changed("timeout")
+			f.writeDelaySet = cmd.Flags().Changed("write-delay")
+			f.dirtyMaxSet = cmd.Flags().Changed("dirty-max")
 			return runMount(cmd, &f, args)
 		},
 	}
@@ -135,6 +165,10 @@ that cannot be watched. "shale stats MOUNTPOINT" prints its counters.`,
 	fl.MarkHidden("cpuprofile")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller: keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
 	fl.StringVar(&f.cacheSize, "cache-size", "256MiB", "with a 9p:// LOWER: the file data cached, in memory or on disk with --cache-dir; off for none")
+	f.client = true
+	fl.DurationVar(&f.writeDelay, "write-delay", 30*time.Second, "with a 9p:// LOWER whose server follows Sprite's rules (shale serve): how long written data may stay on the client before it is written back; 0 writes through")
+	fl.StringVar(&f.dirtyMax, "dirty-max", "64MiB", "with a 9p:// LOWER: the most delayed data kept on the client; past it the files dirty longest are written back")
+	fl.StringVar(&f.metrics, "metrics", "", "with a 9p:// LOWER: serve the client's counters to Prometheus on http://HOST:PORT/metrics")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
@@ -151,6 +185,15 @@ func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
 	}
 	if f.debug && f.logFile == "" {
 		f.foreground = true
+	}
+	if f.metrics != "" && os.Getenv(readyFdEnv) == "" {
+		// The serving process listens; a bad address is better told
+		// before a passphrase is asked for nothing.
+		probe, err := metrics.Serve(f.metrics, nil)
+		if err != nil {
+			return err
+		}
+		probe.Close()
 	}
 	if os.Getenv(secretFdEnv) != "" {
 		err = p.receiveSecrets(os.NewFile(4, "secrets"))
@@ -329,8 +372,17 @@ func serve(f *mountFlags, p *plan) error {
 	// early (systemd may send one right after READY=1), unmounts them.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	// The metrics endpoint listens before anything is mounted, so that a
+	// bad address fails the mount; it has the client's counters once the
+	// views are mounted.
+	var client clientSource
+	ms, err := serveMetrics(f.metrics, client.samples)
+	if err != nil {
+		return report(ready, err)
+	}
 	mounts, err := p.mount(f, logger)
 	if err != nil {
+		ms.close(logger)
 		return report(ready, err)
 	}
 	// Locks shale umount waits for, held until the process ends: after
@@ -340,6 +392,11 @@ func serve(f *mountFlags, p *plan) error {
 	// Saves a disk cache; after the views, which may use the lower to the end.
 	defer p.closeLower(logger)
 	defer serveStats(p, logger)()
+	defer ms.close(logger)
+	client.set(p.bottom)
+	if ms != nil {
+		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+	}
 	for _, v := range p.spec.Views {
 		logger.Info("mounted", "lower", p.spec.Lower, "layer", v.Layer, "mountpoint", v.Mountpoint)
 	}

@@ -23,7 +23,7 @@ import (
 // flagOptions are the flags of shale mount that -o takes, by option
 // name; an option's flag is its name with "-" for "_". Layers' options
 // (stack.Kind.Options) are added by mountOptionFlags.
-var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "debug", "log", "stack", "cache_dir", "cache_size"}
+var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "debug", "log", "stack", "cache_dir", "cache_size", "write_delay", "dirty_max", "metrics"}
 
 // vfsOptions are the generic mount options the kernel applies to the
 // mount itself; their zero vfsFlags is how fuseview mounts.
@@ -195,8 +195,14 @@ func placeholder(o string) string {
 	switch o {
 	case "layer":
 		return "NAME"
-	case "timeout":
+	case "timeout", "write_delay":
 		return "DURATION"
+	case "cache_size", "dirty_max":
+		return "SIZE"
+	case "cache_dir":
+		return "DIR"
+	case "metrics":
+		return "HOST:PORT"
 	case "log", "stack", "passfile":
 		return "FILE"
 	}

@@ -98,13 +98,26 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 	return &plan{spec: sp, stack: true}, nil
 }
 
-// cachedLower adds --cache-dir and --cache-size to a 9p:// lower, as the
-// URL's cachedir and cachesize (remote.OptionsFromQuery).
+// cachedLower adds --cache-dir, --cache-size, --write-delay and
+// --dirty-max to a 9p:// lower, as the URL's cachedir, cachesize,
+// writedelay and dirtymax (remote.OptionsFromQuery), where the URL has
+// none of its own. Given for another lower, those of them that were
+// changed and --metrics are a mistake.
 func (f *mountFlags) cachedLower(lower string) (string, error) {
+	if err := f.checkClientFlags(); err != nil {
+		return "", err
+	}
 	r, ok, err := p9net.ParseRemote(lower)
 	if !ok || err != nil {
-		if f.cacheDir != "" {
+		switch {
+		case f.cacheDir != "":
 			return "", fmt.Errorf("--cache-dir %s: only a 9p:// LOWER is cached", f.cacheDir)
+		case f.writeDelaySet:
+			return "", fmt.Errorf("--write-delay %v: only writes to a 9p:// LOWER are delayed", f.writeDelay)
+		case f.dirtyMaxSet:
+			return "", fmt.Errorf("--dirty-max %s: only writes to a 9p:// LOWER are delayed", f.dirtyMax)
+		case f.metrics != "":
+			return "", fmt.Errorf("--metrics %s: only a 9p:// LOWER has a client with counters to serve; shale serve --metrics serves a server's", f.metrics)
 		}
 		return lower, err
 	}
@@ -119,6 +132,16 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 	if f.cacheSize != "" && !r.Query.Has("cachesize") {
 		q.Set("cachesize", f.cacheSize)
 	}
+	if f.client && !r.Query.Has("writedelay") {
+		if f.writeDelay == 0 {
+			q.Set("writedelay", "0") // write-through
+		} else {
+			q.Set("writedelay", f.writeDelay.String())
+		}
+	}
+	if f.dirtyMax != "" && !r.Query.Has("dirtymax") {
+		q.Set("dirtymax", f.dirtyMax)
+	}
 	if len(q) == 0 {
 		return lower, nil
 	}
@@ -127,6 +150,20 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 		sep = "&"
 	}
 	return lower + sep + q.Encode(), nil
+}
+
+// checkClientFlags checks --write-delay and --dirty-max, as remote would.
+func (f *mountFlags) checkClientFlags() error {
+	if f.writeDelay < 0 {
+		return fmt.Errorf("--write-delay %v: say a positive duration such as 30s, or 0 to write through", f.writeDelay)
+	}
+	if f.dirtyMax != "" {
+		if _, err := remote.OptionsFromQuery(url.Values{"dirtymax": {f.dirtyMax}}); err != nil {
+			_, why, _ := strings.Cut(err.Error(), ": ")
+			return fmt.Errorf("--dirty-max %s: %s", f.dirtyMax, why)
+		}
+	}
+	return nil
 }
 
 // closeLower ends the stack's lower: a remote one saves its disk cache.

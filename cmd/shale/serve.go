@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/metrics"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
@@ -30,6 +33,12 @@ type serveFlags struct {
 	journalRecords  int
 	journalAge      time.Duration
 	journalInterest int
+	// Sprite's rules (export.Options).
+	recallTimeout time.Duration
+	sprite        bool
+	lease         time.Duration
+	grace         time.Duration
+	metricsAddr   string // --metrics
 }
 
 // DefaultListen is where shale serve listens unless told otherwise:
@@ -81,7 +90,23 @@ another 9P2000.L server (diod) through shale's client, and adds the journals:
   shale serve --upstream tcp:127.0.0.1:564//srv/export
 
 Changes made on the upstream server other than through this one are not seen
-(see docs/network.md, "Journal callbacks: the cache controller").`,
+(see docs/network.md, "Journal callbacks: the cache controller").
+
+The server follows Sprite's consistency rules, so that its caching clients
+(shale mount 9p://...) may delay their writes: it sees every open and close,
+and before an open returns it makes the clients that may hold delayed writes
+of the file write them back (a recall; --recall-timeout bounds the wait for a
+connected client, --lease for one that lost its connection), and stops
+caching of a file open on two clients with one writing. While serving it
+keeps a marker file in /var/lib/shale (as root; else $XDG_STATE_HOME/shale or
+~/.local/state/shale), removed when it ends on SIGTERM or SIGINT. Found at
+start, the last server of the same address and LOWER did not end cleanly
+(a crash, kill -9): for --grace, opens wait for clients to reclaim the
+delayed writes they hold.
+
+--metrics HOST:PORT serves the server's counters (the "stats" file, as
+shale_server_* metrics; with a 9p:// lower, its client's as shale_client_*)
+to Prometheus on http://HOST:PORT/metrics.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.timeoutSet = cmd.Flags().Changed("timeout")
@@ -98,6 +123,11 @@ Changes made on the upstream server other than through this one are not seen
 	fl.IntVar(&f.journalRecords, "journal-records", 65536, "most records queued in one client's journal; past it the client is told to drop everything")
 	fl.DurationVar(&f.journalAge, "journal-age", time.Hour, "how long a journal outlives its client's connection; a client back later drops everything")
 	fl.IntVar(&f.journalInterest, "journal-interest", 1000000, "most files one client's journal follows; past it the client is told to drop everything")
+	fl.BoolVar(&f.sprite, "sprite", false, "follow Sprite's consistency rules (docs/network.md): caching clients delay their writes, and the server recalls them or turns caching off when a file is shared (experimental: off by default)")
+	fl.DurationVar(&f.recallTimeout, "recall-timeout", 10*time.Second, "how long an open waits for a connected client to write back its delayed writes of the file; past it the open goes on without them")
+	fl.DurationVar(&f.lease, "lease", 20*time.Second, "how long a client that lost its connection keeps its claim to its delayed writes: opens of its files wait that long for it to come back")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after a server here ended uncleanly (a crash, kill -9): how long opens wait for clients to reclaim their delayed writes; 0 for not at all")
+	fl.StringVar(&f.metricsAddr, "metrics", "", "serve the server's counters to Prometheus on http://HOST:PORT/metrics")
 	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
@@ -196,16 +226,67 @@ func runServe(f *serveFlags, args []string) error {
 	if f.journalRecords < 1 || f.journalInterest < 1 || f.journalAge <= 0 {
 		return fmt.Errorf("--journal-records %d, --journal-interest %d, --journal-age %v: say positive bounds", f.journalRecords, f.journalInterest, f.journalAge)
 	}
+	switch {
+	case f.recallTimeout <= 0:
+		return fmt.Errorf("--recall-timeout %v: say a positive duration such as 10s", f.recallTimeout)
+	case f.lease <= 0:
+		return fmt.Errorf("--lease %v: say a positive duration such as 20s", f.lease)
+	case f.grace < 0:
+		return fmt.Errorf("--grace %v: say a duration such as 10s, or 0 for none", f.grace)
+	}
 	p, err := planServe(f, args)
 	if err != nil {
-		return err
-	}
-	if err := p.prepare(); err != nil {
 		return err
 	}
 	logger, err := openLog(&f.mountFlags, false)
 	if err != nil {
 		return err
+	}
+	// Listening before anything is served, so that a bad address fails
+	// the command; the server's counters are there once it serves.
+	// With a 9p:// lower (--upstream), its client's counters too.
+	var srvp atomic.Pointer[export.Server]
+	var client clientSource
+	ms, err := serveMetrics(f.metricsAddr, func() []metrics.Sample {
+		srv := srvp.Load()
+		if srv == nil {
+			return nil
+		}
+		return append(serverSamples(srv.Stats()), client.samples()...)
+	})
+	if err != nil {
+		return err
+	}
+	defer ms.close(logger)
+	what := p.spec.Lower
+	if f.stack != "" {
+		if what, err = filepath.Abs(f.stack); err != nil {
+			return err
+		}
+	}
+	mk, warn, err := openMarker(addr.String(), what)
+	if err != nil {
+		return err
+	}
+	if warn != nil {
+		logger.Warn("no serving marker: an unclean end of this server will not be noticed at the next start", "err", warn)
+	}
+	// Only a stop by signal is clean: the server ended with everything it
+	// was told. Failing before serving leaves the marker as it was.
+	clean, served := false, false
+	defer func() { mk.done(clean || !served && !mk.existed) }()
+	// Passphrases are asked once the command line is known to be good.
+	if err := p.prepare(); err != nil {
+		return err
+	}
+	grace := time.Duration(0)
+	if mk.existed {
+		grace = f.grace
+		if grace > 0 {
+			logger.Info("the last server of this address and LOWER did not end cleanly: opens wait up to "+grace.String()+" for clients to reclaim their delayed writes", "marker", mk.path, "grace", grace)
+		} else {
+			logger.Warn("the last server of this address and LOWER did not end cleanly, and --grace is 0: opens do not wait for clients to reclaim their delayed writes", "marker", mk.path)
+		}
 	}
 	raiseFileLimit()
 	sig := make(chan os.Signal, 1)
@@ -229,6 +310,11 @@ func runServe(f *serveFlags, args []string) error {
 		JournalRecords:  f.journalRecords,
 		JournalAge:      f.journalAge,
 		JournalInterest: f.journalInterest,
+
+		Sprite:        f.sprite,
+		RecallTimeout: f.recallTimeout,
+		Lease:         f.lease,
+		Grace:         grace,
 	})
 	// Views first: once clients can connect, everything is served.
 	mounts, err := p.mountViews(st, nodes, opts, logger)
@@ -242,12 +328,18 @@ func runServe(f *serveFlags, args []string) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
+	serving := make(chan error, 1)
+	go func() { serving <- srv.Serve(ctx, l) }()
+	served = true
+	client.set(nodes[0])
+	srvp.Store(srv)
 	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", key != nil)
+	if ms != nil {
+		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
+	}
 	notify(logger, "READY=1", "STATUS=serving "+p.spec.Lower+" on "+addr.String())
 	select {
-	case err = <-served:
+	case err = <-serving:
 		if err != nil {
 			err = fmt.Errorf("serving on %s: %v", addr, err)
 		}
@@ -255,7 +347,8 @@ func runServe(f *serveFlags, args []string) error {
 		logger.Info("ending", "why", "signal "+s.String())
 		notify(logger, "STOPPING=1")
 		cancel()
-		<-served
+		<-serving
+		clean = true
 	}
 	unmountAll(mounts, logger)
 	for _, m := range mounts {

@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,8 +26,9 @@ import (
 
 func init() {
 	var asJSON bool
+	var server, keyFile string
 	cmd := &cobra.Command{
-		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/",
+		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
 		Short: "print the counters of a mount of a 9P tree, or of a server",
 		Long: `Stats prints the counters of the 9P client serving MOUNTPOINT: requests by
 9P type, cache hits and misses by kind (stat, directory, data, readlink,
@@ -33,11 +36,45 @@ xattr), journal records applied, bytes sent and received. The mount process
 answers on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale
 otherwise) named after a hash of the mount point.
 
-With a 9p:// URL it prints the statistics file of the server's journal
-controller (shale serve) as the server gives it. --json prints a mount's
-counters as one JSON object.`,
-		Args: cobra.ExactArgs(1),
+With a server that follows Sprite's rules (shale serve), a "Sprite" part
+follows: bytes programs read and wrote against those that went to and from
+the server (the traffic ratios), written bytes that never reached the server
+(discarded: overwritten, truncated or deleted while delayed; lost: refused
+by the server), what is dirty now, write-backs by reason (age, fsync,
+recall, uncache, memory, setattr, unmount, reset), and the opens with the
+consistency actions they took (a stale version whose cache was dropped, a
+write-shared file not cached, recalls and uncaches answered, reclaims
+refused).
+
+With a 9p:// URL, or --server ADDR (tcp:HOST:PORT, HOST:PORT or
+unix:/path; --keyfile for a server that wants a key), it prints the
+statistics file of the server's journal controller (shale serve) as the
+server gives it, "name value" a line: requests.TYPE, bytes.in and .out,
+connections, journals, records.*, and Sprite's sprite.* (files followed,
+opens, those that recalled or were shared, opens.grace that waited after a
+restart, recall.timeouts, writebacks, writebacks.refused).
+
+--json prints a mount's counters as one JSON object.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if server != "" {
+				if len(args) != 0 {
+					return fmt.Errorf("--server %s takes no MOUNTPOINT or URL: say one", server)
+				}
+				return nil
+			}
+			if keyFile != "" {
+				return errors.New("--keyfile goes with --server; a 9p:// URL takes ?keyfile=FILE")
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if server != "" {
+				u, err := serverURL(server, keyFile)
+				if err != nil {
+					return err
+				}
+				args = []string{u}
+			}
 			if r, ok, err := p9net.ParseRemote(args[0]); ok {
 				if err != nil {
 					return err
@@ -69,7 +106,46 @@ counters as one JSON object.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
+	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
+	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
 	rootCmd.AddCommand(cmd)
+}
+
+// serverURL is the 9p:// URL of a server's address as --server gives it:
+// tcp:HOST:PORT, HOST:PORT or unix:/path (or a 9p:// URL).
+func serverURL(addr, keyFile string) (string, error) {
+	const how = "write tcp:HOST:PORT, HOST:PORT or unix:/path"
+	if strings.HasPrefix(addr, "9p://") {
+		if keyFile != "" {
+			return "", fmt.Errorf("--server %s --keyfile %s: give the key in the URL (?keyfile=FILE), or the server's address", addr, keyFile)
+		}
+		return addr, nil
+	}
+	r := p9net.Remote{Query: url.Values{}}
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if !strings.HasPrefix(path, "/") {
+			return "", fmt.Errorf("--server %s: the socket's path must be absolute: %s", addr, how)
+		}
+		r.Addr = p9net.Addr{Network: "unix", Address: path}
+	} else {
+		hostPort := strings.TrimPrefix(addr, "tcp:")
+		host, port, err := net.SplitHostPort(hostPort)
+		if err != nil {
+			var ae *net.AddrError
+			if errors.As(err, &ae) {
+				err = errors.New(ae.Err)
+			}
+			return "", fmt.Errorf("--server %s: %v: %s", addr, err, how)
+		}
+		if host == "" || port == "" {
+			return "", fmt.Errorf("--server %s: no host or port: %s", addr, how)
+		}
+		r.Addr = p9net.Addr{Network: "tcp", Address: hostPort}
+	}
+	if keyFile != "" {
+		r.Query.Set("keyfile", keyFile)
+	}
+	return r.String(), nil
 }
 
 // statsDir holds the mount processes' statistics sockets and serving
@@ -177,4 +253,56 @@ func printStats(w io.Writer, s remote.Stats) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.Requests[k]))
 	}
 	fmt.Fprintf(w, "requests   %d: %s\n", total, strings.Join(parts, ", "))
+	if s.Sprite != nil {
+		printSprite(w, s.Sprite)
+	}
+}
+
+// printSprite prints the tables of Sprite's rules (after seeds/001's).
+func printSprite(w io.Writer, sp *remote.SpriteStats) {
+	delay := "write delay " + sp.WriteDelay
+	if sp.WriteDelay == "off" || sp.WriteDelay == "" {
+		delay = "write-through"
+	}
+	fmt.Fprintf(w, "\nSprite (%s)\n", delay)
+	fmt.Fprintf(w, "%-12s %14s %14s %8s\n", "bytes", "programs", "server", "ratio")
+	fmt.Fprintf(w, "%-12s %14d %14d %8s\n", "read", sp.ReadBytes, sp.ReadServerBytes, percent(sp.ReadServerBytes, sp.ReadBytes))
+	fmt.Fprintf(w, "%-12s %14d %14d %8s\n", "written", sp.WriteBytes, sp.WriteServerBytes, percent(sp.WriteServerBytes, sp.WriteBytes))
+	fmt.Fprintf(w, "never sent   %d bytes discarded (%s of written: overwritten, truncated or deleted first), %d lost (refused by the server)\n",
+		sp.Discarded, percent(sp.Discarded, sp.WriteBytes), sp.Lost)
+	fmt.Fprintf(w, "dirty now    %d bytes in %d files\n", sp.DirtyBytes, sp.DirtyFiles)
+	var total uint64
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(sp.WriteBacks)) {
+		total += sp.WriteBacks[r]
+		if sp.WriteBacks[r] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r, sp.WriteBacks[r]))
+		}
+	}
+	fmt.Fprintf(w, "write-backs  %d", total)
+	if len(parts) > 0 {
+		fmt.Fprintf(w, ": %s", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "opens        %d\n", sp.Opens)
+	for _, a := range []struct {
+		what string
+		n    uint64
+	}{
+		{"stale version (cache dropped)", sp.OpensStale},
+		{"write-shared (not cached)", sp.OpensNoCache},
+		{"recalls answered", sp.Recalls},
+		{"uncaches answered", sp.Uncaches},
+		{"reclaims refused", sp.ReclaimsRefused},
+	} {
+		fmt.Fprintf(w, "  %-30s %10d %8s of opens\n", a.what, a.n, percent(a.n, sp.Opens))
+	}
+}
+
+// percent is n as a share of of, or "-" if of is 0.
+func percent(n, of uint64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
 }

@@ -1,0 +1,451 @@
+package export
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// Sprite's consistency rules (seeds/001, Welch; docs/sprite.md), on top of
+// the journal controller: the server sees every open and close of a
+// regular file, keeps a version per file, knows which clients may hold
+// dirty data of it (the last writers), and before an open returns makes
+// them write back (Recall) or, when the file is open on two clients and
+// one writes, turns caching of it off on all of them (Uncache, and
+// journal.NoCache in the opener's QID).
+//
+// Clients are told apart by their journal (one per client, outliving
+// its connections); a connection without one (diod's tools, the kernel's
+// v9fs, an older shale) caches nothing and writes through, but its opens
+// still count: it is recalled for and shared with like any other.
+
+// Defaults of Options' Sprite bounds.
+const (
+	defaultRecallTimeout = 10 * time.Second
+	defaultLease         = 20 * time.Second
+	maxIdleFiles         = 1 << 16
+)
+
+// sprite is a server's open, version and dirty-data state.
+type sprite struct {
+	s             *Server
+	recallTimeout time.Duration
+	lease         time.Duration
+	graceEnd      time.Time
+
+	mu    sync.Mutex
+	files map[interestKey]*fstate
+
+	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused atomic.Uint64
+}
+
+// fstate is one file's state.
+type fstate struct {
+	version uint32
+	opens   map[*conn]*opens
+	// dirty are the clients that may hold data of the file not written
+	// back: those that opened it for writing since their last Clean.
+	dirty map[*jrnl]bool
+	// asked are the clients sent a Recall or Uncache not answered yet.
+	asked map[*jrnl]ask
+	// lastWriter is the client of the last open for writing since the
+	// server started (nil: none; noJournal: a client without a journal):
+	// write-backs and reclaims of anyone else would undo its writes.
+	lastWriter *jrnl
+	isShared   bool
+	told       map[*jrnl]bool // sent Uncache in this episode of sharing
+	wake       chan struct{}  // closed when dirty or asked shrink
+}
+
+// ask is a Recall or Uncache sent: a Clean with a seq at or after the
+// record's answers it.
+type ask struct {
+	seq     uint64
+	uncache bool
+	at      time.Time
+}
+
+type opens struct{ r, w int }
+
+// spriteOpen is what an open fid registered, for its release.
+type spriteOpen struct {
+	k     interestKey
+	write bool
+}
+
+func newSprite(s *Server, o *Options) *sprite {
+	sp := &sprite{s: s, recallTimeout: o.RecallTimeout, lease: o.Lease, files: map[interestKey]*fstate{}}
+	if sp.recallTimeout <= 0 {
+		sp.recallTimeout = defaultRecallTimeout
+	}
+	if sp.lease <= 0 {
+		sp.lease = defaultLease
+	}
+	if o.Grace > 0 {
+		sp.graceEnd = time.Now().Add(o.Grace)
+	}
+	return sp
+}
+
+// spriteVers is the QID version of journal files: journal.Sprite when
+// the server follows Sprite's rules.
+func (s *Server) spriteVers() uint32 {
+	if s.opts.Sprite {
+		return journal.Sprite
+	}
+	return 0
+}
+
+func randomVersion() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) &^ journal.NoCache
+}
+
+// stateLocked is k's state, made at first sight with a random version:
+// a version a client cached before a restart must not match by chance.
+func (sp *sprite) stateLocked(k interestKey) *fstate {
+	st := sp.files[k]
+	if st == nil {
+		if len(sp.files) >= maxIdleFiles {
+			sp.trimLocked()
+		}
+		st = &fstate{version: randomVersion(), opens: map[*conn]*opens{}, dirty: map[*jrnl]bool{},
+			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, wake: make(chan struct{})}
+		sp.files[k] = st
+	}
+	return st
+}
+
+// trimLocked forgets idle files' states (no opens, no dirty data): their
+// next open gets a new version, so clients drop what they cached of them.
+func (sp *sprite) trimLocked() {
+	n := len(sp.files) / 4
+	for k, st := range sp.files {
+		if n == 0 {
+			return
+		}
+		if len(st.opens) == 0 && len(st.dirty) == 0 && len(st.asked) == 0 {
+			delete(sp.files, k)
+			n--
+		}
+	}
+}
+
+func (st *fstate) wakeLocked() {
+	close(st.wake)
+	st.wake = make(chan struct{})
+}
+
+// open registers an open of k by c and returns the QID version to answer
+// with: the file's version, with journal.NoCache if it is write-shared.
+// It waits first, within the grace after a restart and until the clients
+// holding dirty data of the file wrote it back.
+func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) (uint32, syscall.Errno) {
+	me := c.journal.Load()
+	sp.opens.Add(1)
+	if write {
+		sp.writeOpens.Add(1)
+	}
+	recalled, graceWaited := false, false
+	sp.mu.Lock()
+	for {
+		st := sp.stateLocked(k)
+		var wait <-chan time.Time
+		if now := time.Now(); now.Before(sp.graceEnd) && st.lastWriter == nil {
+			// Clients that were writing before the restart may not have
+			// reclaimed yet: nobody opens a file no one reclaimed until
+			// they had the time (one reclaimed is recalled as usual).
+			if !graceWaited {
+				graceWaited = true
+				sp.graceWaits.Add(1)
+			}
+			wait = time.After(sp.graceEnd.Sub(now)) // or a reclaim of the file
+		} else {
+			shares := sp.sharesLocked(st, c, write)
+			if shares && !st.isShared {
+				st.isShared = true
+				sp.shared.Add(1)
+			}
+			// Everyone else who may hold dirty data writes it back, and
+			// with the file shared, everyone else who has it open stops
+			// caching it.
+			for h := range st.dirty {
+				if h != me {
+					sp.askLocked(st, k, h, journal.Recall, shares)
+					recalled = true
+				}
+			}
+			if shares {
+				for oc := range st.opens {
+					if h := oc.journal.Load(); oc != c && h != nil && h != me && !st.told[h] {
+						sp.askLocked(st, k, h, journal.Uncache, true)
+					}
+				}
+			}
+			var deadline time.Time
+			for h, a := range st.asked {
+				if h == me {
+					continue
+				}
+				d, gone := sp.deadline(h, a)
+				if gone || !time.Now().Before(d) {
+					sp.giveUpLocked(st, k, h, gone)
+					continue
+				}
+				if deadline.IsZero() || d.Before(deadline) {
+					deadline = d
+				}
+			}
+			if deadline.IsZero() {
+				o := st.opens[c]
+				if o == nil {
+					o = &opens{}
+					st.opens[c] = o
+				}
+				if write {
+					o.w++
+					st.version = journal.NextVersion(st.version)
+					st.lastWriter = noJournal
+					if me != nil {
+						st.lastWriter = me
+					}
+					if me != nil && me.isSprite() {
+						st.dirty[me] = true
+					}
+				} else {
+					o.r++
+				}
+				st.isShared = shares
+				if !shares {
+					clear(st.told) // the episode is over
+				}
+				v := st.version
+				if shares {
+					v |= journal.NoCache
+				}
+				sp.mu.Unlock()
+				if recalled {
+					sp.recalls.Add(1)
+				}
+				return v, 0
+			}
+			wait = time.After(time.Until(deadline))
+		}
+		wake := st.wake
+		sp.mu.Unlock()
+		select {
+		case <-wake:
+		case <-wait:
+		case <-ctx.Done():
+			return 0, syscall.EINTR
+		}
+		sp.mu.Lock()
+	}
+}
+
+// sharesLocked tells whether an open of st by c for write makes (or
+// keeps) the file write-shared: open on another connection, and one of
+// the opens writes.
+func (sp *sprite) sharesLocked(st *fstate, c *conn, write bool) bool {
+	for oc, o := range st.opens {
+		if oc != c && (write || o.w > 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// askLocked sends h a Recall (or, with uncache, an Uncache) of k, unless
+// one is outstanding: an Uncache is sent even after a Recall, as the
+// client must also stop caching.
+func (sp *sprite) askLocked(st *fstate, k interestKey, h *jrnl, kind journal.Kind, uncache bool) {
+	if uncache {
+		kind = journal.Uncache
+	}
+	if a, ok := st.asked[h]; ok && (a.uncache || !uncache) {
+		return
+	}
+	if !h.isSprite() {
+		// It never said it follows the rules (so it holds no dirty
+		// data): nothing to wait for.
+		return
+	}
+	seq := h.add(journal.Record{Kind: kind, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: k.path}})
+	st.asked[h] = ask{seq: seq, uncache: uncache, at: time.Now()}
+	if uncache {
+		st.told[h] = true
+	}
+}
+
+// deadline is when sp stops waiting for h's answer to a: the recall
+// timeout after it was sent, or for a client without a connection, the
+// lease after it went. gone is true if h's journal was deleted (its
+// client was away past --journal-age).
+func (sp *sprite) deadline(h *jrnl, a ask) (d time.Time, gone bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.deleted {
+		return time.Time{}, true
+	}
+	if h.conns == 0 {
+		return h.gone.Add(sp.lease), false
+	}
+	return a.at.Add(sp.recallTimeout), false
+}
+
+// giveUpLocked stops waiting for h about k: its dirty data, if any, is
+// lost to the others, as a crashed machine's unsynced writes are.
+func (sp *sprite) giveUpLocked(st *fstate, k interestKey, h *jrnl, gone bool) {
+	delete(st.asked, h)
+	delete(st.dirty, h)
+	st.wakeLocked()
+	if gone {
+		return
+	}
+	sp.timeouts.Add(1)
+	sp.s.log.Warn("9p client did not answer a recall in time: the file opens without the writes it delayed",
+		"client", h.name, "qid", k.path, "connected", h.connected())
+}
+
+// clean takes a client's Clean of path (from its journal write): it holds
+// no dirty data of it. seq is the Recall or Uncache it answers (0: none).
+func (sp *sprite) clean(h *jrnl, path, seq uint64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, st := range sp.filesOf(path) {
+		if a, ok := st.asked[h]; ok && seq >= a.seq {
+			delete(st.asked, h)
+		}
+		delete(st.dirty, h)
+		st.wakeLocked()
+	}
+}
+
+// cleanAll takes a Clean of every file, answering what was asked before
+// seq (after a Reset, which may have stood for lost Recalls).
+func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, st := range sp.files {
+		if a, ok := st.asked[h]; ok && seq >= a.seq {
+			delete(st.asked, h)
+			delete(st.dirty, h)
+			st.wakeLocked()
+		}
+	}
+}
+
+// noJournal stands for the clients without a journal as a lastWriter.
+var noJournal = &jrnl{name: "(no journal)"}
+
+// dirtyFrom takes a client's Dirty of path: a reclaim after a
+// reconnection. It is refused (ESTALE) if another client opened the file
+// for writing since the server started: writing back would undo that.
+func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	ks := sp.s.rootKeys(path)
+	for _, k := range ks {
+		if w := sp.stateLocked(k).lastWriter; w != nil && w != h {
+			sp.refused.Add(1)
+			return syscall.ESTALE
+		}
+	}
+	for _, k := range ks {
+		st := sp.stateLocked(k)
+		st.dirty[h], st.lastWriter = true, h
+		st.wakeLocked()
+	}
+	return 0
+}
+
+// writeBack checks an open that only writes back delayed data (the
+// journal.WriteBack flag): ESTALE if another client opened the file for
+// writing after c's client did, which the write-back would undo.
+func (sp *sprite) writeBack(k interestKey, c *conn) syscall.Errno {
+	sp.writeBacks.Add(1)
+	me := c.journal.Load()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if w := sp.stateLocked(k).lastWriter; me == nil || w != nil && w != me {
+		sp.refused.Add(1)
+		return syscall.ESTALE
+	}
+	return 0
+}
+
+// filesOf is the states of path in every root.
+func (sp *sprite) filesOf(path uint64) []*fstate {
+	var sts []*fstate
+	for _, k := range sp.s.rootKeys(path) {
+		if st := sp.files[k]; st != nil {
+			sts = append(sts, st)
+		}
+	}
+	return sts
+}
+
+// close ends an open of c that so registered.
+func (sp *sprite) close(so *spriteOpen, c *conn) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	st := sp.files[so.k]
+	if st == nil {
+		return
+	}
+	if o := st.opens[c]; o != nil {
+		if so.write {
+			o.w--
+		} else {
+			o.r--
+		}
+		if o.r <= 0 && o.w <= 0 {
+			delete(st.opens, c)
+		}
+	}
+}
+
+// rootKeys is path's key in every root: a client's Dirty and Clean name
+// only a QID path.
+func (s *Server) rootKeys(path uint64) []interestKey {
+	ks := make([]interestKey, 0, len(s.roots))
+	seen := map[*root]bool{}
+	for _, r := range s.roots {
+		if !seen[r] {
+			seen[r] = true
+			ks = append(ks, interestKey{r, path})
+		}
+	}
+	return ks
+}
+
+// Journal side: whether the client follows the rules, and the records
+// sent to it.
+
+func (j *jrnl) isSprite() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.sprite
+}
+
+func (j *jrnl) connected() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.conns > 0
+}
+
+// add appends rec and returns its seq.
+func (j *jrnl) add(rec journal.Record) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.addLocked(rec)
+	return j.last
+}

@@ -1,0 +1,612 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// Sprite's consistency rules (seeds/001, docs/sprite.md), with a server
+// that follows them (its journal says so: journal.Sprite):
+//
+//   - every open is a Tlopen, answered with the file's version: an open
+//     that finds another version than the one it cached drops the
+//     file's data and attributes, here and in the kernels above;
+//   - writes are delayed: kept here (dirty.go) and written back when
+//     they have been dirty for Options.WriteDelay, at fsync, when more
+//     than Options.DirtyMax is dirty, when the server recalls them (an
+//     open on another client), before a setattr of times, and at
+//     unmount. Data overwritten, truncated or unlinked first is never
+//     sent;
+//   - a file the server says is write-shared (NoCache in an open's
+//     version, or an Uncache record) is not cached: reads and writes go
+//     to the server, until an open of it is answered without NoCache;
+//   - after a reconnection the client reclaims its dirty files (Dirty
+//     records) before anything else, then says hello (a Clean of no
+//     file), which also tells the server it may send Recall and Uncache.
+
+// Write-back reasons, for the statistics.
+const (
+	wbAge = iota
+	wbFsync
+	wbRecall
+	wbUncache
+	wbMemory
+	wbSetattr
+	wbUnmount
+	wbReset
+	nReasons
+)
+
+var reasonNames = [nReasons]string{"age", "fsync", "recall", "uncache", "memory", "setattr", "unmount", "reset"}
+
+const (
+	defaultWriteDelay = 30 * time.Second
+	defaultDirtyMax   = 64 << 20
+)
+
+// sfile is what the client keeps of one file under Sprite's rules.
+type sfile struct {
+	path     uint64
+	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
+	refused  atomic.Bool // the server refused its reclaim
+
+	mu       sync.Mutex // held across a write-back: writes and reads of dirty data wait
+	version  uint32
+	known    bool // version is the server's, as of our last open
+	uncached bool // write-shared: no caching of its data
+	d        *dirty
+	n        *node  // a node of the file, to write back through
+	uid      uint32 // who wrote last: the write-back acts as them
+	gen      uint64 // write-backs done: a read that crossed one reads again
+	writers  map[*handle]bool
+	err      layer.Errno // a write-back failed: told at the next fsync or close
+}
+
+// sfileOf is path's state, made if make is true (else nil if none).
+func (fs *FS) sfileOf(path uint64, make bool) *sfile {
+	fs.smu.Lock()
+	defer fs.smu.Unlock()
+	sf := fs.sfiles[path]
+	if sf == nil && make {
+		sf = &sfile{path: path}
+		fs.sfiles[path] = sf
+	}
+	return sf
+}
+
+// forgetIdle drops path's state when nothing in it matters any more:
+// no dirty data, no writers, no error, no version worth keeping (the
+// cache holds nothing of the file).
+func (fs *FS) forgetIdle(sf *sfile) {
+	if sf.d != nil || len(sf.writers) > 0 || sf.err != 0 || sf.uncached || fs.cc.genOf(sf.path) != 0 {
+		return
+	}
+	fs.smu.Lock()
+	if fs.sfiles[sf.path] == sf {
+		delete(fs.sfiles, sf.path)
+	}
+	fs.smu.Unlock()
+}
+
+// delaying tells whether writes are delayed: a Sprite server, and a delay.
+func (fs *FS) delaying() bool { return fs.sprite.Load() && fs.writeDelay > 0 }
+
+// uncached tells whether path's data must not be cached.
+func (fs *FS) uncached(path uint64) bool {
+	if !fs.sprite.Load() {
+		return false
+	}
+	sf := fs.sfileOf(path, false)
+	if sf == nil {
+		return false
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return sf.uncached
+}
+
+// opened applies an open's answer: vers is the QID version of Rlopen or
+// Rlcreate. A version other than the one cached (the one before it, for
+// an open for writing, which bumped it) means another client changed
+// the file: what is cached of it goes, here and in the kernels above.
+func (fs *FS) opened(n *node, h *handle, vers uint32, write bool) {
+	if !fs.sprite.Load() {
+		return
+	}
+	fs.ctr.opens.Add(1)
+	path := n.tok.Ino
+	sf := fs.sfileOf(path, true)
+	sf.mu.Lock()
+	v := vers &^ journal.NoCache
+	expect := sf.version
+	if write {
+		expect = journal.NextVersion(expect)
+	}
+	stale := sf.known && v != expect
+	sf.version, sf.known = v, true
+	sf.uncached = vers&journal.NoCache != 0
+	if sf.uncached {
+		fs.ctr.opensNoCache.Add(1)
+	}
+	if write && h != nil {
+		if sf.writers == nil {
+			sf.writers = map[*handle]bool{}
+		}
+		sf.writers[h] = true
+	}
+	sf.mu.Unlock()
+	if stale || sf.uncached {
+		if stale {
+			fs.ctr.opensStale.Add(1)
+		}
+		fs.cc.dropData(path, 0, 0)
+		fs.cc.dropAttrs(path)
+		fs.notice(layer.Event{Kind: layer.Data, Token: n.tok})
+	}
+}
+
+// released forgets a handle that could write.
+func (fs *FS) released(h *handle) {
+	sf := fs.sfileOf(h.n.tok.Ino, false)
+	if sf == nil {
+		return
+	}
+	sf.mu.Lock()
+	delete(sf.writers, h)
+	fs.forgetIdle(sf)
+	sf.mu.Unlock()
+}
+
+// reopened takes the version a handle's open on a new connection got:
+// its own open, not a sign of another client's change.
+func (fs *FS) reopened(path uint64, vers uint32) {
+	if !fs.sprite.Load() {
+		return
+	}
+	sf := fs.sfileOf(path, true)
+	sf.mu.Lock()
+	sf.version, sf.known = vers&^journal.NoCache, true
+	sf.uncached = vers&journal.NoCache != 0
+	sf.mu.Unlock()
+}
+
+// takeErr returns, once, the error of a failed write-back of path.
+func (fs *FS) takeErr(path uint64) layer.Errno {
+	sf := fs.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	e := sf.err
+	sf.err = 0
+	return e
+}
+
+// delayWrite keeps a program's write as dirty data; false if the file
+// is not to be cached (write through then).
+func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, layer.Errno) {
+	fs := h.fs
+	path := h.n.tok.Ino
+	sf := fs.sfileOf(path, true)
+	sf.mu.Lock()
+	if sf.uncached {
+		sf.mu.Unlock()
+		return false, 0
+	}
+	if sf.d == nil {
+		size, e := h.size(ctx)
+		if e != 0 {
+			sf.mu.Unlock()
+			return true, e
+		}
+		sf.d = &dirty{size: size, since: time.Now()}
+		sf.hasDirty.Store(true)
+	}
+	added, replaced := sf.d.write(off, data)
+	sf.d.mtime = time.Now()
+	sf.n, sf.uid = h.n, h.uid
+	sf.mu.Unlock()
+	fs.dirtyBytes.Add(added)
+	fs.ctr.discarded.Add(uint64(replaced))
+	if fs.dirtyBytes.Load() > fs.dirtyMax {
+		fs.writeBackOldest(ctx)
+	}
+	return true, 0
+}
+
+// size is the file's size on the server, from the cache if it has it.
+func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
+	if a, gen, ok := h.fs.cc.attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {
+		return int64(a.Size), 0
+	}
+	c, fid, _, e := h.use(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	ra, err := c.getattr(fid)
+	if err != nil {
+		return 0, errno(err)
+	}
+	return int64(ra.Attr.Size), 0
+}
+
+// readDirty reads what the file holds for this client: dirty data over
+// what the server has. ok is false if the file has no dirty data.
+func (h *handle) readDirty(ctx context.Context, dest []byte, off int64) (int, bool, layer.Errno) {
+	sf := h.fs.sfileOf(h.n.tok.Ino, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return 0, false, 0
+	}
+	for {
+		sf.mu.Lock()
+		d := sf.d
+		if d == nil {
+			sf.mu.Unlock()
+			return 0, false, 0
+		}
+		if off >= d.size {
+			sf.mu.Unlock()
+			return 0, true, 0
+		}
+		n := int(min(int64(len(dest)), d.size-off))
+		if d.covers(off, int64(n)) {
+			d.overlay(dest[:n], off)
+			sf.mu.Unlock()
+			return n, true, 0
+		}
+		gen := sf.gen
+		sf.mu.Unlock()
+		k, e := h.readClean(ctx, dest[:n], off)
+		if e != 0 {
+			return 0, true, e
+		}
+		sf.mu.Lock()
+		if sf.gen != gen || sf.d == nil {
+			sf.mu.Unlock()
+			continue // a write-back crossed the read: read again
+		}
+		clear(dest[k:n]) // a hole, or past the server's end
+		sf.d.overlay(dest[:n], off)
+		sf.mu.Unlock()
+		return n, true, 0
+	}
+}
+
+// overlayAttr shows path's dirty data in its attributes.
+func (fs *FS) overlayAttr(path uint64, a *layer.Attr) {
+	sf := fs.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if d := sf.d; d != nil {
+		a.Size = uint64(d.size)
+		a.Blocks += uint64(d.bytes()+511) / 512
+		if d.mtime.After(a.Mtime) {
+			a.Mtime = d.mtime
+		}
+		if d.mtime.After(a.Ctime) {
+			a.Ctime = d.mtime
+		}
+	}
+}
+
+// beforeSetattr prepares a setattr of path: a change of times writes the
+// dirty data back first (its write would move them again), a change of
+// size cuts it. The returned func ends it, after the Tsetattr: the file
+// stays locked against write-backs meanwhile.
+func (fs *FS) beforeSetattr(ctx context.Context, path uint64, in *layer.SetAttr) func() {
+	sf := fs.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return noop
+	}
+	sf.mu.Lock()
+	if sf.d != nil && in.Valid&(layer.SetAtime|layer.SetAtimeNow|layer.SetMtime|layer.SetMtimeNow) != 0 {
+		fs.writeBackLocked(ctx, sf, wbSetattr)
+	}
+	if sf.d != nil && in.Valid&layer.SetSize != 0 {
+		fs.truncateLocked(sf, int64(in.Size))
+	}
+	return sf.mu.Unlock
+}
+
+// truncated cuts path's dirty data at size: the server's file was cut.
+func (fs *FS) truncated(path uint64, size int64) {
+	sf := fs.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	sf.mu.Lock()
+	fs.truncateLocked(sf, size)
+	sf.mu.Unlock()
+}
+
+func (fs *FS) truncateLocked(sf *sfile, size int64) {
+	if sf.d == nil {
+		return
+	}
+	dropped := sf.d.truncate(size)
+	fs.dirtyBytes.Add(-dropped)
+	fs.ctr.discarded.Add(uint64(dropped))
+	if len(sf.d.ext) == 0 {
+		// The server's file is what this client sees now.
+		sf.d = nil
+		sf.hasDirty.Store(false)
+		sf.gen++
+	}
+}
+
+// unlinked discards the dirty data of a file whose last name this client
+// removed, unless a handle still has it open: it never reaches the
+// server.
+func (fs *FS) unlinked(path uint64) {
+	sf := fs.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	if a, _, ok := fs.cc.attr(path); !ok || a.Nlink > 1 {
+		return // other names may remain: written back as usual
+	}
+	sf.mu.Lock()
+	if len(sf.writers) == 0 {
+		fs.discardLocked(sf)
+	}
+	sf.mu.Unlock()
+}
+
+func (fs *FS) discardLocked(sf *sfile) {
+	if sf.d == nil {
+		return
+	}
+	n := sf.d.bytes()
+	fs.dirtyBytes.Add(-n)
+	fs.ctr.discarded.Add(uint64(n))
+	sf.d = nil
+	sf.hasDirty.Store(false)
+	sf.gen++
+}
+
+// writeBack writes path's dirty data back, for why.
+func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
+	sf := fs.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return fs.writeBackLocked(ctx, sf, why)
+}
+
+// writeBackLocked writes sf's dirty data to the server, through a
+// handle of the file open for writing, or a fid opened for the purpose
+// (journal.WriteBack: the server counts no open of a program). A file
+// removed meanwhile loses the data, as it would locally; one the server
+// refuses (another client wrote it since) loses it too, said in the log
+// and by EIO at the next fsync or close. A lost connection keeps it for
+// the next try.
+func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
+	d := sf.d
+	if d == nil {
+		return 0
+	}
+	if sf.refused.Swap(false) {
+		return fs.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes")
+	}
+	c, fid, iounit, done, refused, e := fs.writeBackFid(ctx, sf)
+	switch {
+	case refused:
+		return fs.lostLocked(sf, "another client wrote the file while this one could not reach the server")
+	case e == syscall.ESTALE || e == syscall.ENOENT:
+		fs.discardLocked(sf) // removed on the server
+		return 0
+	case e != 0:
+		return e
+	}
+	defer done()
+	for _, x := range d.ext {
+		k, err := c.writeAt(fid, iounit, x.data, x.off)
+		fs.ctr.writeServerBytes.Add(uint64(k))
+		if err != nil {
+			if errors.Is(err, errLost) {
+				return syscall.EIO // kept: written back after the reconnection
+			}
+			return fs.lostLocked(sf, "the server refused the write: "+errno(err).Error())
+		}
+	}
+	n := d.bytes()
+	fs.dirtyBytes.Add(-n)
+	for _, x := range d.ext {
+		fs.cc.dropData(sf.path, uint64(x.off), uint64(len(x.data)))
+	}
+	fs.cc.dropAttrs(sf.path)
+	sf.d = nil
+	sf.hasDirty.Store(false)
+	sf.gen++
+	fs.ctr.writeBacks[why].Add(1)
+	return 0
+}
+
+// writeBackFid is a fid to write sf's file through. refused is the
+// server's ESTALE to the open itself (not to the walk: a file removed).
+func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit uint32, done func(), refused bool, e layer.Errno) {
+	if c, e = fs.conn(ctx); e != 0 {
+		return nil, 0, 0, noop, false, e
+	}
+	// A handle open on this connection; not one to open again, which
+	// would count as a program's open (and take sf.mu).
+	for h := range sf.writers {
+		h.mu.Lock()
+		fid, iounit, ok := h.fid, h.iounit, h.c == c && !h.released
+		h.mu.Unlock()
+		if ok {
+			return c, fid, iounit, noop, false, 0
+		}
+	}
+	if sf.n == nil {
+		return nil, 0, 0, noop, false, syscall.ESTALE
+	}
+	nfid, unpin, e := sf.n.fidOn(c, sf.uid)
+	if e != 0 {
+		return nil, 0, 0, noop, false, e
+	}
+	fid, _, err := c.walk(nfid, nil)
+	unpin()
+	if err != nil {
+		return nil, 0, 0, noop, false, errno(err)
+	}
+	if _, iounit, err = c.lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack); err != nil {
+		c.clunk(fid)
+		e := errno(err)
+		return nil, 0, 0, noop, e == syscall.ESTALE, e
+	}
+	return c, fid, iounit, func() { c.clunk(fid) }, false, 0
+}
+
+// lostLocked drops sf's dirty data that cannot be written back, says so
+// in one log line naming the file, and keeps EIO for its next fsync or
+// close.
+func (fs *FS) lostLocked(sf *sfile, why string) layer.Errno {
+	name := "(removed)"
+	if sf.n != nil {
+		if names, e := sf.n.path(); e == 0 {
+			name = "/" + strings.Join(names, "/")
+		}
+	}
+	fs.log.Error("delayed writes lost: "+why, "file", name, "server", fs.where, "bytes", sf.d.bytes())
+	fs.ctr.lost.Add(uint64(sf.d.bytes()))
+	fs.discardLocked(sf)
+	sf.err = syscall.EIO
+	return syscall.EIO
+}
+
+// writeBackOldest writes back the files dirty longest until at most
+// DirtyMax is dirty: memory is short.
+func (fs *FS) writeBackOldest(ctx context.Context) {
+	for fs.dirtyBytes.Load() > fs.dirtyMax {
+		var oldest *sfile
+		var at time.Time
+		for _, sf := range fs.dirtyFiles() {
+			sf.mu.Lock()
+			if sf.d != nil && (oldest == nil || sf.d.since.Before(at)) {
+				oldest, at = sf, sf.d.since
+			}
+			sf.mu.Unlock()
+		}
+		if oldest == nil || fs.writeBack(ctx, oldest.path, wbMemory) != 0 {
+			return
+		}
+	}
+}
+
+// dirtyFiles is the files with dirty data.
+func (fs *FS) dirtyFiles() []*sfile {
+	fs.smu.Lock()
+	defer fs.smu.Unlock()
+	var sfs []*sfile
+	for _, sf := range fs.sfiles {
+		if sf.hasDirty.Load() {
+			sfs = append(sfs, sf)
+		}
+	}
+	return sfs
+}
+
+// flusher writes back what has been dirty for the write delay, until
+// the client closes.
+func (fs *FS) flusher() {
+	tick := min(fs.writeDelay/4, time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-fs.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, sf := range fs.dirtyFiles() {
+			sf.mu.Lock()
+			if sf.d != nil && now.Sub(sf.d.since) >= fs.writeDelay {
+				fs.writeBackLocked(context.Background(), sf, wbAge)
+			}
+			sf.mu.Unlock()
+		}
+	}
+}
+
+// writeBackAll writes every dirty file back, for why.
+func (fs *FS) writeBackAll(ctx context.Context, why int) {
+	for _, sf := range fs.dirtyFiles() {
+		fs.writeBack(ctx, sf.path, why)
+	}
+}
+
+// recalled answers a Recall or an Uncache of path (record seq): the
+// dirty data goes back to the server, and with uncache the file is
+// cached no more; then a Clean tells the server.
+func (fs *FS) recalled(path, seq uint64, uncache bool) {
+	ctx := context.Background()
+	why := wbRecall
+	if uncache {
+		why = wbUncache
+		fs.ctr.uncaches.Add(1)
+	} else {
+		fs.ctr.recalls.Add(1)
+	}
+	if sf := fs.sfileOf(path, uncache); sf != nil {
+		sf.mu.Lock()
+		if uncache && !sf.uncached {
+			sf.uncached = true
+			fs.cc.dropData(path, 0, 0)
+			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: path, Gen: fs.genOf(path)}})
+		}
+		fs.writeBackLocked(ctx, sf, why)
+		sf.mu.Unlock()
+	}
+	fs.jr.send(journal.Record{Kind: journal.Clean, Seq: seq, Qid: p9wire.Qid{Path: path}})
+}
+
+// reclaim tells a Sprite server, on a new connection and before anything
+// else, which files this client holds dirty data of (one Dirty a write,
+// so that a refusal names its file), then says hello.
+func (j *jreader) reclaim(c *conn, fid uint32) error {
+	fs := j.fs
+	for _, sf := range fs.dirtyFiles() {
+		b := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: p9wire.Qid{Path: sf.path}})
+		if _, err := c.writeAt(fid, 0, b, 0); err != nil {
+			if errors.Is(err, errLost) {
+				return err
+			}
+			sf.refused.Store(true) // told at its write-back, which follows at once
+			fs.ctr.reclaimsRefused.Add(1)
+		}
+	}
+	b := journal.Append(nil, &journal.Record{Kind: journal.Clean})
+	_, err := c.writeAt(fid, 0, b, 0)
+	return err
+}
+
+// send writes a record to the journal of the current connection; lost
+// with the connection (the server's wait then ends with its lease).
+func (j *jreader) send(r journal.Record) {
+	j.mu.Lock()
+	c, fid := j.cur, j.fid
+	j.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.writeAt(fid, 0, journal.Append(nil, &r), 0)
+}
