@@ -14,6 +14,7 @@
 package coherence
 
 import (
+	"context"
 	"sync"
 
 	"github.com/shalefs/shale/layer"
@@ -22,6 +23,13 @@ import (
 // A Holder caches something of the stack's files and drops it on demand.
 type Holder interface {
 	Invalidate(ev layer.Event)
+}
+
+// An Opener is a Holder that acts before a file is opened through another
+// view: the 9P export, whose clients may hold delayed writes of it (Sprite's
+// recall, package export).
+type Opener interface {
+	Opening(ctx context.Context, tok layer.Token, write bool)
 }
 
 // Manager dispatches a stack's events to its holders.
@@ -64,6 +72,25 @@ func (m *Manager) Unregister(v uint32) {
 	m.mu.Lock()
 	delete(m.holders, v)
 	m.mu.Unlock()
+}
+
+// Open tells the Openers other than view v that v opens tok, and returns
+// once they have acted (bounded by their own timeouts).
+func (m *Manager) Open(ctx context.Context, v uint32, tok layer.Token, write bool) {
+	if m == nil || m.off {
+		return
+	}
+	m.mu.RLock()
+	var os []Opener
+	for id, h := range m.holders {
+		if o, ok := h.h.(Opener); ok && id != v {
+			os = append(os, o)
+		}
+	}
+	m.mu.RUnlock()
+	for _, o := range os {
+		o.Opening(ctx, tok, write)
+	}
 }
 
 func (m *Manager) dispatch(ev layer.Event) {

@@ -367,7 +367,13 @@ func (f *file) setattr(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 		return 0
 	}
 	var out layer.Attr
-	return n.Setattr(ctx, f.h, &s, &out)
+	if e := n.Setattr(ctx, f.h, &s, &out); e != 0 {
+		return e
+	}
+	if s.Valid&layer.SetSize != 0 && f.rec != nil {
+		f.c.s.sp.changed(ctx, interestKey{f.r, f.qid().Path}, f.c)
+	}
+	return 0
 }
 
 func timeOf(sec, nsec uint64) time.Time {
@@ -547,6 +553,9 @@ func (f *file) write(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 	k, e := f.h.Write(ctx, data, int64(off))
 	if e != 0 {
 		return e
+	}
+	if f.so != nil {
+		f.c.s.sp.changed(ctx, f.so.k, f.c)
 	}
 	m.U32(uint32(k))
 	return 0

@@ -73,6 +73,7 @@ type jrnl struct {
 	conns      int                   // connections that opened it
 	gone       time.Time             // since when conns is 0
 	wake       chan struct{}         // closed when a record is added
+	applied    chan struct{}         // closed when base moves, or the last connection goes
 	deleted    bool
 	sprite     bool // the client follows Sprite's rules (its hello)
 }
@@ -93,7 +94,7 @@ func (ctl *controller) create(name string) (*jrnl, syscall.Errno) {
 	if ctl.journals[name] != nil {
 		return nil, syscall.EEXIST
 	}
-	j := &jrnl{ctl: ctl, name: name, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{})}
+	j := &jrnl{ctl: ctl, name: name, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{}), applied: make(chan struct{})}
 	ctl.journals[name] = j
 	return j, 0
 }
@@ -149,6 +150,7 @@ func (ctl *controller) detach(c *conn) {
 	j.mu.Lock()
 	if j.conns--; j.conns == 0 {
 		j.gone = time.Now()
+		j.appliedLocked() // nobody left to wait for
 	}
 	j.mu.Unlock()
 }
@@ -303,6 +305,12 @@ func (j *jrnl) forgetLocked(n uint64) {
 	j.recs = j.recs[k:]
 	j.ctl.queued.Add(-int64(k))
 	j.base = n
+	j.appliedLocked()
+}
+
+func (j *jrnl) appliedLocked() {
+	close(j.applied)
+	j.applied = make(chan struct{})
 }
 
 // replyLocked encodes the first records that fit in count into m.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
 
@@ -25,6 +26,9 @@ import (
 // its connections); a connection without one (diod's tools, the kernel's
 // v9fs, an older shale) caches nothing and writes through, but its opens
 // still count: it is recalled for and shared with like any other.
+
+// recheck is how often a waiting open looks at its holders again.
+const recheck = 100 * time.Millisecond
 
 // Defaults of Options' Sprite bounds.
 const (
@@ -52,7 +56,9 @@ type fstate struct {
 	opens   map[*conn]*opens
 	// dirty are the clients that may hold data of the file not written
 	// back: those that opened it for writing since their last Clean.
-	dirty map[*jrnl]bool
+	// The value is the file's version at that open (or reclaim): a Clean
+	// that answers an ask made before a later open leaves the mark.
+	dirty map[*jrnl]uint32
 	// asked are the clients sent a Recall or Uncache not answered yet.
 	asked map[*jrnl]ask
 	// lastWriter is the client of the last open for writing since the
@@ -70,6 +76,7 @@ type ask struct {
 	seq     uint64
 	uncache bool
 	at      time.Time
+	dirty   uint32 // dirty[h] when asked
 }
 
 type opens struct{ r, w int }
@@ -117,7 +124,7 @@ func (sp *sprite) stateLocked(k interestKey) *fstate {
 		if len(sp.files) >= maxIdleFiles {
 			sp.trimLocked()
 		}
-		st = &fstate{version: randomVersion(), opens: map[*conn]*opens{}, dirty: map[*jrnl]bool{},
+		st = &fstate{version: randomVersion(), opens: map[*conn]*opens{}, dirty: map[*jrnl]uint32{},
 			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, wake: make(chan struct{})}
 		sp.files[k] = st
 	}
@@ -148,13 +155,19 @@ func (st *fstate) wakeLocked() {
 // with: the file's version, with journal.NoCache if it is write-shared.
 // It waits first, within the grace after a restart and until the clients
 // holding dirty data of the file wrote it back.
+//
+// c is nil for an open through a FUSE view of the server's stack
+// (Opening): it is not registered, but recalls and shares as any other.
 func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) (uint32, syscall.Errno) {
-	me := c.journal.Load()
+	var me *jrnl
+	if c != nil {
+		me = c.journal.Load()
+	}
 	sp.opens.Add(1)
 	if write {
 		sp.writeOpens.Add(1)
 	}
-	recalled, graceWaited := false, false
+	recalled, graceWaited, waited := false, false, false
 	sp.mu.Lock()
 	for {
 		st := sp.stateLocked(k)
@@ -208,7 +221,9 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) 
 				o := st.opens[c]
 				if o == nil {
 					o = &opens{}
-					st.opens[c] = o
+					if c != nil {
+						st.opens[c] = o
+					}
 				}
 				if write {
 					o.w++
@@ -217,11 +232,14 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) 
 					if me != nil {
 						st.lastWriter = me
 					}
-					if me != nil && me.isSprite() {
-						st.dirty[me] = true
-					}
 				} else {
 					o.r++
+				}
+				if me != nil && o.w > 0 && me.isSprite() && !shares {
+					// It may delay writes through any of its handles
+					// now: caching comes back with an open that finds
+					// the file not shared, even one for reading.
+					st.dirty[me] = st.version
 				}
 				st.isShared = shares
 				if !shares {
@@ -235,9 +253,20 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) 
 				if recalled {
 					sp.recalls.Add(1)
 				}
+				if waited && me != nil {
+					// What the recalled write-backs changed reaches the
+					// opener's journal as records: applied before the
+					// open returns, so its cache shows none of the old.
+					t := time.NewTimer(sp.recallTimeout)
+					me.waitApplied(ctx, t.C)
+					t.Stop()
+				}
 				return v, 0
 			}
-			wait = time.After(time.Until(deadline))
+			// Looked at again now and then: a holder's connection may
+			// go meanwhile, and its lease then bounds the wait.
+			wait = time.After(min(time.Until(deadline), recheck))
+			waited = true
 		}
 		wake := st.wake
 		sp.mu.Unlock()
@@ -251,10 +280,13 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) 
 	}
 }
 
-// sharesLocked tells whether an open of st by c for write makes (or
-// keeps) the file write-shared: open on another connection, and one of
-// the opens writes.
+// sharesLocked tells whether an open of st by c (for writing if write)
+// leaves the file write-shared: open on another connection too, and one
+// of the two writing (c may write through an earlier open).
 func (sp *sprite) sharesLocked(st *fstate, c *conn, write bool) bool {
+	if o := st.opens[c]; o != nil && o.w > 0 {
+		write = true
+	}
 	for oc, o := range st.opens {
 		if oc != c && (write || o.w > 0) {
 			return true
@@ -279,7 +311,7 @@ func (sp *sprite) askLocked(st *fstate, k interestKey, h *jrnl, kind journal.Kin
 		return
 	}
 	seq := h.add(journal.Record{Kind: kind, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: k.path}})
-	st.asked[h] = ask{seq: seq, uncache: uncache, at: time.Now()}
+	st.asked[h] = ask{seq: seq, uncache: uncache, at: time.Now(), dirty: st.dirty[h]}
 	if uncache {
 		st.told[h] = true
 	}
@@ -321,12 +353,25 @@ func (sp *sprite) clean(h *jrnl, path, seq uint64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	for _, st := range sp.filesOf(path) {
-		if a, ok := st.asked[h]; ok && seq >= a.seq {
-			delete(st.asked, h)
-		}
-		delete(st.dirty, h)
-		st.wakeLocked()
+		st.answeredLocked(h, seq)
 	}
+}
+
+// answeredLocked takes h's Clean with seq: it answers the ask sent at or
+// before seq, and clears h's dirty mark unless h opened the file for
+// writing again since that ask (a Clean crossing that open on the wire
+// says nothing of what it wrote after: the mark stays, and the next
+// open asks again).
+func (st *fstate) answeredLocked(h *jrnl, seq uint64) {
+	a, ok := st.asked[h]
+	if !ok || seq < a.seq {
+		return // stale, or unasked
+	}
+	delete(st.asked, h)
+	if v, dirty := st.dirty[h]; dirty && v == a.dirty {
+		delete(st.dirty, h)
+	}
+	st.wakeLocked()
 }
 
 // cleanAll takes a Clean of every file, answering what was asked before
@@ -335,11 +380,7 @@ func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	for _, st := range sp.files {
-		if a, ok := st.asked[h]; ok && seq >= a.seq {
-			delete(st.asked, h)
-			delete(st.dirty, h)
-			st.wakeLocked()
-		}
+		st.answeredLocked(h, seq)
 	}
 }
 
@@ -361,7 +402,7 @@ func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
 	}
 	for _, k := range ks {
 		st := sp.stateLocked(k)
-		st.dirty[h], st.lastWriter = true, h
+		st.dirty[h], st.lastWriter = st.version, h
 		st.wakeLocked()
 	}
 	return 0
@@ -409,6 +450,7 @@ func (sp *sprite) close(so *spriteOpen, c *conn) {
 		}
 		if o.r <= 0 && o.w <= 0 {
 			delete(st.opens, c)
+			st.wakeLocked()
 		}
 	}
 }
@@ -425,6 +467,64 @@ func (s *Server) rootKeys(path uint64) []interestKey {
 		}
 	}
 	return ks
+}
+
+// Opening is an open through a FUSE view of the server's stack: the
+// clients' delayed writes of the file come back first, and with the open
+// for writing, those that have it open stop caching it.
+func (h jholder) Opening(ctx context.Context, tok layer.Token, write bool) {
+	if h.s.opts.Sprite {
+		h.s.sp.open(ctx, interestKey{h.r, tok.Ino}, nil, write)
+	}
+}
+
+// changed is told of a change of k's data through c (a Twrite, a
+// truncation): while the file is write-shared, the other clients' caches
+// (their kernels' pages above all) must not show the old bytes once the
+// change returns, so it returns once their journals read its record, or
+// the recall timeout passed.
+func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
+	sp.mu.Lock()
+	st := sp.files[k]
+	if st == nil || !st.isShared {
+		sp.mu.Unlock()
+		return
+	}
+	var js []*jrnl
+	for oc := range st.opens {
+		if j := oc.journal.Load(); oc != c && j != nil && j != c.journal.Load() {
+			js = append(js, j)
+		}
+	}
+	sp.mu.Unlock()
+	deadline := time.NewTimer(sp.recallTimeout)
+	defer deadline.Stop()
+	for _, j := range js {
+		if !j.waitApplied(ctx, deadline.C) {
+			return
+		}
+	}
+}
+
+// waitApplied waits until the client has applied every record queued
+// now, or has no connection; false if ctx or timeout ended it first.
+func (j *jrnl) waitApplied(ctx context.Context, timeout <-chan time.Time) bool {
+	j.mu.Lock()
+	target := j.last
+	for j.base < target && j.conns > 0 && !j.deleted {
+		applied := j.applied
+		j.mu.Unlock()
+		select {
+		case <-applied:
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+		j.mu.Lock()
+	}
+	j.mu.Unlock()
+	return true
 }
 
 // Journal side: whether the client follows the rules, and the records

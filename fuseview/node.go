@@ -235,6 +235,10 @@ func (i *inode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// Others who may hold delayed writes of the file (an export's 9P
+	// clients) write them back first.
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+	i.v.mgr.Open(ctx, i.v.id, i.node().Token(), write)
 	h, e := i.node().Open(i.v.caller(ctx), flags)
 	if e != 0 {
 		return nil, 0, e

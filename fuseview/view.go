@@ -60,6 +60,7 @@ type view struct {
 	opts Options
 	raw  *rawFS
 	id   uint32 // in the coherence manager
+	mgr  *coherence.Manager
 
 	// sameOffsets: the view's files have the offsets of the host's (no
 	// layer in the stack reshapes data), so Data events' ranges apply.
@@ -78,6 +79,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	if o.Coherent {
 		m = st.Manager()
 		v.id = m.Register(v, root)
+		v.mgr = m
 	}
 	if r, ok := root.(layer.OffsetKeeper); ok {
 		v.sameOffsets = r.KeepsOffsets()

@@ -53,12 +53,13 @@ func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
 	if h.c == c {
 		return c, h.fid, h.iounit, 0
 	}
+	since := h.fs.uncachesOf(h.n.tok.Ino)
 	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
 	if h.flags&unix.O_DIRECTORY == 0 {
-		h.fs.reopened(h.n.tok.Ino, q.Vers)
+		h.fs.reopened(h.n.tok.Ino, q.Vers, since)
 	}
 	if len(h.owners) > 0 {
 		// The server dropped its locks with the connection; whoever
@@ -250,19 +251,27 @@ func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	if e != 0 {
 		return e
 	}
-	c, fid, _, e := h.use(ctx)
-	if e != 0 {
-		return e
+	// A connection lost under the Tfsync is waited for, and the Tfsync
+	// sent again on the next (the bytes were written to the server, which
+	// a killed server's machine still has), within the timeout.
+	deadline := time.Now().Add(h.fs.timeout)
+	for {
+		c, fid, _, e := h.use(ctx)
+		if e != 0 {
+			return e
+		}
+		var b p9wire.Enc
+		b.U32(fid)
+		if datasync {
+			b.U32(1)
+		} else {
+			b.U32(0)
+		}
+		_, err := c.rpc(p9wire.Tfsync, b.B)
+		if !errors.Is(err, errLost) || time.Now().After(deadline) {
+			return errno(err)
+		}
 	}
-	var b p9wire.Enc
-	b.U32(fid)
-	if datasync {
-		b.U32(1)
-	} else {
-		b.U32(0)
-	}
-	_, err := c.rpc(p9wire.Tfsync, b.B)
-	return errno(err)
 }
 
 // Release clunks the fid; flock locks taken through the handle go with

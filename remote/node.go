@@ -100,27 +100,16 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 			return 0, noop, syscall.ESTALE
 		}
 	}
-	rfid, err := c.root(uid)
-	if err != nil {
-		return 0, noop, errno(err)
-	}
 	if n.isRoot {
+		rfid, err := c.root(uid)
+		if err != nil {
+			return 0, noop, errno(err)
+		}
 		return rfid, noop, 0 // the attach itself: clunked with its connection only
 	}
-	names, e := n.path()
+	fid, e := n.walkPath(c, uid)
 	if e != 0 {
 		return 0, noop, e
-	}
-	fid, q, err := c.walk(rfid, names)
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) {
-			return 0, noop, syscall.ESTALE // renamed or removed beside us
-		}
-		return 0, noop, errno(err)
-	}
-	if q.Path != n.tok.Ino {
-		c.clunk(fid)
-		return 0, noop, syscall.ESTALE // the path names another file now
 	}
 	n.mu.Lock()
 	if f := n.fids[uid]; f != nil && f.c == c {
@@ -134,6 +123,38 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 	n.fids[uid] = nf
 	n.mu.Unlock()
 	return fid, nf.unpin, 0
+}
+
+// walkPath walks a new fid of the node from uid's attach by its path.
+func (n *node) walkPath(c *conn, uid uint32) (uint32, layer.Errno) {
+	rfid, err := c.root(uid)
+	if err != nil {
+		return 0, errno(err)
+	}
+	names, e := n.path()
+	if e != 0 {
+		return 0, e
+	}
+	fid, q, err := c.walk(rfid, names)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return 0, syscall.ESTALE // renamed or removed beside us
+		}
+		return 0, errno(err)
+	}
+	if q.Path != n.tok.Ino {
+		c.clunk(fid)
+		return 0, syscall.ESTALE // the path names another file now
+	}
+	return fid, 0
+}
+
+// hasFid tells whether the node has a fid for uid on c.
+func (n *node) hasFid(c *conn, uid uint32) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f := n.fids[uid]
+	return f != nil && f.c == c
 }
 
 // Forget clunks the node's fids and leaves the tree.
@@ -282,12 +303,23 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	cc := n.fs.cc
-	defer n.fs.overlayAttr(n.tok.Ino, out)
-	if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
-		n.fs.hit(kindStat)
-		*out = a
-		return 0
+	for {
+		wb := n.fs.wbGen(n.tok.Ino)
+		if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
+			n.fs.hit(kindStat)
+			*out = a
+		} else if e := n.getattr(ctx, h, out); e != 0 {
+			return e
+		}
+		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) {
+			return 0
+		}
 	}
+}
+
+// getattr asks the server, and caches the answer.
+func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+	cc := n.fs.cc
 	n.fs.miss(kindStat)
 	since := cc.snap()
 	c, fid, done, e := n.fidFor(ctx, h)
@@ -427,7 +459,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 		ch := n.fs.newNode(layer.Token{Ino: path, Gen: gen})
 		n.adopt(name, ch)
 		*out = a
-		n.fs.overlayAttr(path, out)
+		ch.spriteAttr(ctx, out)
 		return ch, 0
 	}
 	n.fs.miss(kindStat)
@@ -441,8 +473,21 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	n.fs.overlayAttr(ch.tok.Ino, out)
+	ch.spriteAttr(ctx, out)
 	return ch, 0
+}
+
+// spriteAttr makes out, the attributes a lookup found, show the delayed
+// writes of the file, if this client holds some or wrote some back
+// meanwhile: then as Getattr gives them (on an error, out stays).
+func (n *node) spriteAttr(ctx context.Context, out *layer.Attr) {
+	if n.fs.sfileOf(n.tok.Ino, false) == nil {
+		return
+	}
+	var a layer.Attr
+	if n.Getattr(ctx, nil, &a) == 0 {
+		*out = a
+	}
 }
 
 // newMode is the mode to create an object with in the directory dfid:
@@ -585,7 +630,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		ch = n.fs.newNode(token(&ra))
 	}
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
-	n.fs.opened(ch, h, q.Vers, true)
+	// (An Uncache of the new file that came before this reply is lost in
+	// the gap: the file is new, so another client raced its creation.)
+	n.fs.opened(ch, h, q.Vers, true, n.fs.uncachesOf(q.Path))
 	if flags&unix.O_TRUNC != 0 {
 		n.fs.truncated(ch.tok.Ino, 0)
 	}
@@ -773,18 +820,30 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	return []byte(target), 0
 }
 
-// openFid clones the node's fid for uid and opens it with flags (open(2)'s).
-func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+// newFid is a new fid of the node for uid on c, to open: a clone of the
+// node's, or, if it has none, walked by path (one walk, not two).
+func (n *node) newFid(c *conn, uid uint32) (uint32, layer.Errno) {
+	if !n.isRoot && !n.hasFid(c, uid) {
+		if fid, e := n.walkPath(c, uid); e != syscall.ESTALE {
+			return fid, e
+		}
+	}
 	nfid, done, e := n.fidOn(c, uid)
 	if e != 0 {
-		return 0, 0, q, e
+		return 0, e
 	}
 	fid, _, err := c.walk(nfid, nil)
 	done()
-	if err != nil {
-		return 0, 0, q, errno(err)
+	return fid, errno(err)
+}
+
+// openFid makes a new fid of the node for uid and opens it with flags
+// (open(2)'s).
+func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+	if fid, e = n.newFid(c, uid); e != 0 {
+		return 0, 0, q, e
 	}
-	q, iounit, err = c.lopen(fid, openFlags(flags))
+	q, iounit, err := c.lopen(fid, openFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
 		q, iounit, err = c.lopen(fid, openFlags(flags&^unix.O_NOATIME))
@@ -807,6 +866,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return h, 0
 	}
 	since := cc.snap()
+	uncaches := n.fs.uncachesOf(n.tok.Ino)
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
 		return nil, e
@@ -816,7 +876,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return nil, e
 	}
 	h.c, h.fid, h.iounit = c, fid, iounit
-	n.fs.opened(n, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0)
+	n.fs.opened(n, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
 	if flags&unix.O_TRUNC != 0 {
 		cc.dropData(n.tok.Ino, 0, 0)
 		n.fs.truncated(n.tok.Ino, 0)

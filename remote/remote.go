@@ -155,6 +155,7 @@ type FS struct {
 	smu        sync.Mutex
 	sfiles     map[uint64]*sfile
 	done       chan struct{} // closed by Close: ends the flusher
+	sizes      sizes         // the cache's size over time
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat
@@ -394,6 +395,12 @@ func (fs *FS) redial() {
 	}
 }
 
+func (fs *FS) isClosed() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.closed
+}
+
 // conn returns the live connection, waiting up to the timeout for one.
 func (fs *FS) conn(ctx context.Context) (*conn, layer.Errno) {
 	var timer *time.Timer
@@ -435,8 +442,11 @@ func (fs *FS) Close() error {
 	if closed {
 		return nil
 	}
-	// Delayed writes go to the server before the connection does.
-	fs.writeBackAll(context.Background(), wbUnmount)
+	// Delayed writes go to the server before the connection does, within
+	// one timeout in all.
+	ctx, cancel := context.WithTimeout(context.Background(), fs.timeout)
+	fs.writeBackAll(ctx, wbUnmount)
+	cancel()
 	fs.mu.Lock()
 	if fs.closed {
 		fs.mu.Unlock()

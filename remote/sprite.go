@@ -63,14 +63,23 @@ type sfile struct {
 
 	mu       sync.Mutex // held across a write-back: writes and reads of dirty data wait
 	version  uint32
-	known    bool // version is the server's, as of our last open
-	uncached bool // write-shared: no caching of its data
+	known    bool        // version is the server's, as of our last open
+	uncached atomic.Bool // write-shared: no caching of its data (read without mu)
+	uncaches uint64      // Uncache records applied: one that crossed an open's answer wins
 	d        *dirty
 	n        *node  // a node of the file, to write back through
 	uid      uint32 // who wrote last: the write-back acts as them
 	gen      uint64 // write-backs done: a read that crossed one reads again
 	writers  map[*handle]bool
-	err      layer.Errno // a write-back failed: told at the next fsync or close
+	err      atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
+	// wb is a fid opened for the write-back when the file became dirty,
+	// so that it reaches the file whatever happens to its names.
+	wb *wbFid
+}
+
+type wbFid struct {
+	c           *conn
+	fid, iounit uint32
 }
 
 // sfileOf is path's state, made if make is true (else nil if none).
@@ -89,7 +98,7 @@ func (fs *FS) sfileOf(path uint64, make bool) *sfile {
 // no dirty data, no writers, no error, no version worth keeping (the
 // cache holds nothing of the file).
 func (fs *FS) forgetIdle(sf *sfile) {
-	if sf.d != nil || len(sf.writers) > 0 || sf.err != 0 || sf.uncached || fs.cc.genOf(sf.path) != 0 {
+	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || fs.cc.genOf(sf.path) != 0 {
 		return
 	}
 	fs.smu.Lock()
@@ -111,16 +120,29 @@ func (fs *FS) uncached(path uint64) bool {
 	if sf == nil {
 		return false
 	}
+	return sf.uncached.Load()
+}
+
+// uncachesOf is path's count of Uncache records, taken before an open
+// is sent (opened's since).
+func (fs *FS) uncachesOf(path uint64) uint64 {
+	sf := fs.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
-	return sf.uncached
+	return sf.uncaches
 }
 
 // opened applies an open's answer: vers is the QID version of Rlopen or
 // Rlcreate. A version other than the one cached (the one before it, for
 // an open for writing, which bumped it) means another client changed
 // the file: what is cached of it goes, here and in the kernels above.
-func (fs *FS) opened(n *node, h *handle, vers uint32, write bool) {
+// NoCache in vers turns caching of the file off; its absence turns it
+// on, unless an Uncache came since the open was sent (uncachesOf): the
+// server sent it after this answer.
+func (fs *FS) opened(n *node, h *handle, vers uint32, write bool, since uint64) {
 	if !fs.sprite.Load() {
 		return
 	}
@@ -135,9 +157,11 @@ func (fs *FS) opened(n *node, h *handle, vers uint32, write bool) {
 	}
 	stale := sf.known && v != expect
 	sf.version, sf.known = v, true
-	sf.uncached = vers&journal.NoCache != 0
-	if sf.uncached {
+	if vers&journal.NoCache != 0 {
+		sf.uncached.Store(true)
 		fs.ctr.opensNoCache.Add(1)
+	} else if sf.uncaches == since {
+		sf.uncached.Store(false)
 	}
 	if write && h != nil {
 		if sf.writers == nil {
@@ -146,7 +170,7 @@ func (fs *FS) opened(n *node, h *handle, vers uint32, write bool) {
 		sf.writers[h] = true
 	}
 	sf.mu.Unlock()
-	if stale || sf.uncached {
+	if stale || sf.uncached.Load() {
 		if stale {
 			fs.ctr.opensStale.Add(1)
 		}
@@ -170,14 +194,18 @@ func (fs *FS) released(h *handle) {
 
 // reopened takes the version a handle's open on a new connection got:
 // its own open, not a sign of another client's change.
-func (fs *FS) reopened(path uint64, vers uint32) {
+func (fs *FS) reopened(path uint64, vers uint32, since uint64) {
 	if !fs.sprite.Load() {
 		return
 	}
 	sf := fs.sfileOf(path, true)
 	sf.mu.Lock()
 	sf.version, sf.known = vers&^journal.NoCache, true
-	sf.uncached = vers&journal.NoCache != 0
+	if vers&journal.NoCache != 0 {
+		sf.uncached.Store(true)
+	} else if sf.uncaches == since {
+		sf.uncached.Store(false)
+	}
 	sf.mu.Unlock()
 }
 
@@ -187,11 +215,7 @@ func (fs *FS) takeErr(path uint64) layer.Errno {
 	if sf == nil {
 		return 0
 	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	e := sf.err
-	sf.err = 0
-	return e
+	return layer.Errno(sf.err.Swap(0))
 }
 
 // delayWrite keeps a program's write as dirty data; false if the file
@@ -200,19 +224,35 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 	fs := h.fs
 	path := h.n.tok.Ino
 	sf := fs.sfileOf(path, true)
+	var size int64
+	var wb *wbFid
 	sf.mu.Lock()
-	if sf.uncached {
+	for sf.d == nil && !sf.uncached.Load() {
+		// The first delayed write: the size and a fid to write back
+		// through come from the server, asked without mu (a handle
+		// opened again on a new connection takes it).
 		sf.mu.Unlock()
-		return false, 0
-	}
-	if sf.d == nil {
-		size, e := h.size(ctx)
-		if e != 0 {
-			sf.mu.Unlock()
+		if wb != nil {
+			wb.c.clunk(wb.fid)
+		}
+		var e layer.Errno
+		if size, e = h.size(ctx); e != 0 {
 			return true, e
 		}
-		sf.d = &dirty{size: size, since: time.Now()}
-		sf.hasDirty.Store(true)
+		wb = h.openWriteBack(ctx)
+		sf.mu.Lock()
+		if sf.d == nil && !sf.uncached.Load() {
+			sf.d = &dirty{size: size, since: time.Now()}
+			sf.hasDirty.Store(true)
+			sf.wb, wb = wb, nil
+		}
+	}
+	if wb != nil {
+		defer wb.c.clunk(wb.fid)
+	}
+	if sf.uncached.Load() {
+		sf.mu.Unlock()
+		return false, 0
 	}
 	added, replaced := sf.d.write(off, data)
 	sf.d.mtime = time.Now()
@@ -224,6 +264,36 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 		fs.writeBackOldest(ctx)
 	}
 	return true, 0
+}
+
+// openWriteBack opens a fid of h's file to write its delayed data back
+// through; nil if it cannot now (the write-back then walks by name).
+func (h *handle) openWriteBack(ctx context.Context) *wbFid {
+	c, e := h.fs.conn(ctx)
+	if e != 0 {
+		return nil
+	}
+	fid, iounit, refused, e := h.n.writeBackOpen(c, h.uid)
+	if e != 0 || refused {
+		return nil
+	}
+	return &wbFid{c, fid, iounit}
+}
+
+// writeBackOpen opens a new fid of n for uid with journal.WriteBack.
+// refused is the server's ESTALE to the open itself (not to the walk: a
+// file removed): another client wrote the file since this one did.
+func (n *node) writeBackOpen(c *conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
+	if fid, e = n.newFid(c, uid); e != 0 {
+		return 0, 0, false, e
+	}
+	_, iounit, err := c.lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack)
+	if err != nil {
+		c.clunk(fid)
+		e := errno(err)
+		return 0, 0, e == syscall.ESTALE, e
+	}
+	return fid, iounit, false, 0
 }
 
 // size is the file's size on the server, from the cache if it has it.
@@ -284,6 +354,36 @@ func (h *handle) readDirty(ctx context.Context, dest []byte, off int64) (int, bo
 	}
 }
 
+// wbGen is path's count of write-backs and discards (sfile.gen), taken
+// before asking the server for its attributes: see overlayAttrSince.
+func (fs *FS) wbGen(path uint64) uint64 {
+	sf := fs.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return sf.gen
+}
+
+// overlayAttrSince is overlayAttr for attributes the server gave after
+// wbGen returned gen; false if a write-back ran meanwhile: they may be
+// from before it, with the dirty data it sent no longer there to show,
+// so they must be asked again.
+func (fs *FS) overlayAttrSince(path uint64, a *layer.Attr, gen uint64) bool {
+	sf := fs.sfileOf(path, false)
+	if sf == nil {
+		return true
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.gen != gen {
+		return false
+	}
+	sf.overlayLocked(a)
+	return true
+}
+
 // overlayAttr shows path's dirty data in its attributes.
 func (fs *FS) overlayAttr(path uint64, a *layer.Attr) {
 	sf := fs.sfileOf(path, false)
@@ -292,6 +392,10 @@ func (fs *FS) overlayAttr(path uint64, a *layer.Attr) {
 	}
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
+	sf.overlayLocked(a)
+}
+
+func (sf *sfile) overlayLocked(a *layer.Attr) {
 	if d := sf.d; d != nil {
 		a.Size = uint64(d.size)
 		a.Blocks += uint64(d.bytes()+511) / 512
@@ -377,6 +481,10 @@ func (fs *FS) discardLocked(sf *sfile) {
 	sf.d = nil
 	sf.hasDirty.Store(false)
 	sf.gen++
+	if wb := sf.wb; wb != nil {
+		sf.wb = nil
+		wb.c.clunk(wb.fid)
+	}
 }
 
 // writeBack writes path's dirty data back, for why.
@@ -398,22 +506,35 @@ func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
 // and by EIO at the next fsync or close. A lost connection keeps it for
 // the next try.
 func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
+	// A connection lost under it is waited for, as any request waits
+	// (the reconnection reclaims the data first), within the timeout.
+	deadline := time.Now().Add(fs.timeout)
+	for {
+		e, lost := fs.writeBackOnce(ctx, sf, why)
+		if !lost || time.Now().After(deadline) || ctx.Err() != nil || fs.isClosed() {
+			return e
+		}
+		time.Sleep(10 * time.Millisecond) // the loss is being reported (conn.fail)
+	}
+}
+
+func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errno, bool) {
 	d := sf.d
 	if d == nil {
-		return 0
+		return 0, false
 	}
 	if sf.refused.Swap(false) {
-		return fs.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes")
+		return fs.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes"), false
 	}
 	c, fid, iounit, done, refused, e := fs.writeBackFid(ctx, sf)
 	switch {
 	case refused:
-		return fs.lostLocked(sf, "another client wrote the file while this one could not reach the server")
+		return fs.lostLocked(sf, "another client wrote the file while this one could not reach the server"), false
 	case e == syscall.ESTALE || e == syscall.ENOENT:
 		fs.discardLocked(sf) // removed on the server
-		return 0
+		return 0, false
 	case e != 0:
-		return e
+		return e, e == syscall.EIO // EIO: the connection went, or none came
 	}
 	defer done()
 	for _, x := range d.ext {
@@ -421,9 +542,9 @@ func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Err
 		fs.ctr.writeServerBytes.Add(uint64(k))
 		if err != nil {
 			if errors.Is(err, errLost) {
-				return syscall.EIO // kept: written back after the reconnection
+				return syscall.EIO, true // kept, to write again
 			}
-			return fs.lostLocked(sf, "the server refused the write: "+errno(err).Error())
+			return fs.lostLocked(sf, "the server refused the write: "+errno(err).Error()), false
 		}
 	}
 	n := d.bytes()
@@ -436,7 +557,7 @@ func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Err
 	sf.hasDirty.Store(false)
 	sf.gen++
 	fs.ctr.writeBacks[why].Add(1)
-	return 0
+	return 0, false
 }
 
 // writeBackFid is a fid to write sf's file through. refused is the
@@ -444,6 +565,12 @@ func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Err
 func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit uint32, done func(), refused bool, e layer.Errno) {
 	if c, e = fs.conn(ctx); e != 0 {
 		return nil, 0, 0, noop, false, e
+	}
+	if wb := sf.wb; wb != nil {
+		sf.wb = nil
+		if wb.c == c {
+			return c, wb.fid, wb.iounit, func() { c.clunk(wb.fid) }, false, 0
+		}
 	}
 	// A handle open on this connection; not one to open again, which
 	// would count as a program's open (and take sf.mu).
@@ -458,19 +585,8 @@ func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit
 	if sf.n == nil {
 		return nil, 0, 0, noop, false, syscall.ESTALE
 	}
-	nfid, unpin, e := sf.n.fidOn(c, sf.uid)
-	if e != 0 {
-		return nil, 0, 0, noop, false, e
-	}
-	fid, _, err := c.walk(nfid, nil)
-	unpin()
-	if err != nil {
-		return nil, 0, 0, noop, false, errno(err)
-	}
-	if _, iounit, err = c.lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack); err != nil {
-		c.clunk(fid)
-		e := errno(err)
-		return nil, 0, 0, noop, e == syscall.ESTALE, e
+	if fid, iounit, refused, e = sf.n.writeBackOpen(c, sf.uid); e != 0 {
+		return nil, 0, 0, noop, refused, e
 	}
 	return c, fid, iounit, func() { c.clunk(fid) }, false, 0
 }
@@ -488,7 +604,7 @@ func (fs *FS) lostLocked(sf *sfile, why string) layer.Errno {
 	fs.log.Error("delayed writes lost: "+why, "file", name, "server", fs.where, "bytes", sf.d.bytes())
 	fs.ctr.lost.Add(uint64(sf.d.bytes()))
 	fs.discardLocked(sf)
-	sf.err = syscall.EIO
+	sf.err.Store(uint32(syscall.EIO))
 	return syscall.EIO
 }
 
@@ -537,6 +653,7 @@ func (fs *FS) flusher() {
 		case <-t.C:
 		}
 		now := time.Now()
+		fs.sample(now)
 		for _, sf := range fs.dirtyFiles() {
 			sf.mu.Lock()
 			if sf.d != nil && now.Sub(sf.d.since) >= fs.writeDelay {
@@ -568,13 +685,19 @@ func (fs *FS) recalled(path, seq uint64, uncache bool) {
 	}
 	if sf := fs.sfileOf(path, uncache); sf != nil {
 		sf.mu.Lock()
-		if uncache && !sf.uncached {
-			sf.uncached = true
-			fs.cc.dropData(path, 0, 0)
-			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: path, Gen: fs.genOf(path)}})
+		drop := uncache && !sf.uncached.Load()
+		if uncache {
+			sf.uncaches++
+			sf.uncached.Store(true)
 		}
 		fs.writeBackLocked(ctx, sf, why)
 		sf.mu.Unlock()
+		if drop {
+			// Not under mu: the kernel's invalidation waits for reads in
+			// flight, which may want it.
+			fs.cc.dropData(path, 0, 0)
+			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: path, Gen: fs.genOf(path)}})
+		}
 	}
 	fs.jr.send(journal.Record{Kind: journal.Clean, Seq: seq, Qid: p9wire.Qid{Path: path}})
 }

@@ -382,3 +382,60 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A recall racing a close: B opens while A is closing a file it just
+// wrote; B's open, once A's close returned, reads A's bytes.
+func TestRecallRacingClose(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	b := spriteClient(t, x, "b", Options{})
+	_, h := create(t, a, "f")
+	h.Release(bg)
+	fa, fb := lookup(t, a, "f"), lookup(t, b, "f")
+	for i := range 50 {
+		want := strings.Repeat(string(rune('a'+i%26)), 1+i)
+		h := open(t, fa, unix.O_WRONLY|unix.O_TRUNC)
+		write(t, h, 0, want)
+		closed := make(chan struct{})
+		go func() {
+			h.Flush(bg, 1)
+			h.Release(bg)
+			close(closed)
+		}()
+		// An open racing the close: it sees the old or the new bytes,
+		// whole.
+		hb := open(t, fb, unix.O_RDONLY)
+		got := readAll(t, hb)
+		hb.Release(bg)
+		if got != want && len(got) != i {
+			t.Fatalf("round %d: an open racing the close read %q", i, got)
+		}
+		<-closed
+		hb = open(t, fb, unix.O_RDONLY)
+		if got := readAll(t, hb); got != want {
+			t.Fatalf("round %d: after the close b read %q, want %q", i, got, want)
+		}
+		hb.Release(bg)
+	}
+}
+
+// An fsync racing write-backs by age: every record acknowledged by an
+// fsync is on the server then, in order, whatever write-back ran.
+func TestFsyncRacingWriteBack(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{WriteDelay: time.Millisecond})
+	_, h := create(t, a, "log")
+	defer h.Release(bg)
+	var want strings.Builder
+	for i := range 200 {
+		rec := strings.Repeat(string(rune('A'+i%26)), 1+i%37) + "\n"
+		write(t, h, int64(want.Len()), rec)
+		want.WriteString(rec)
+		if i%3 == 0 {
+			must(t, h.Fsync(bg, false), "fsync")
+			if got := x.onServer(t, "log"); !strings.HasPrefix(got, want.String()) {
+				t.Fatalf("record %d: after fsync the server has %d bytes, not the %d acknowledged", i, len(got), want.Len())
+			}
+		}
+	}
+}

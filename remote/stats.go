@@ -1,8 +1,11 @@
 package remote
 
 import (
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -67,6 +70,39 @@ type SpriteStats struct {
 	Recalls         uint64 `json:"recalls"`       // Recall records answered
 	Uncaches        uint64 `json:"uncaches"`      // Uncache records answered
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
+	// Size is the cache's size over time: a sample a minute, the last
+	// hour (Sprite's Table 2 followed it over days).
+	Size []SizeSample `json:"size"`
+}
+
+// SizeSample is the cache's size at one time.
+type SizeSample struct {
+	At         time.Time `json:"at"`
+	CachedData int64     `json:"cached_bytes"`
+	Dirty      int64     `json:"dirty_bytes"`
+}
+
+// sizes keeps the last hour of SizeSamples.
+type sizes struct {
+	mu   sync.Mutex
+	last []SizeSample
+}
+
+const sizeEvery, sizeKeep = time.Minute, 60
+
+// sample records the cache's size at now, at most once in sizeEvery.
+func (fs *FS) sample(now time.Time) {
+	s := &fs.sizes
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.last); n > 0 && now.Sub(s.last[n-1].At) < sizeEvery {
+		return
+	}
+	_, cached := fs.cc.size()
+	s.last = append(s.last, SizeSample{At: now, CachedData: cached, Dirty: fs.dirtyBytes.Load()})
+	if len(s.last) > sizeKeep {
+		s.last = s.last[len(s.last)-sizeKeep:]
+	}
 }
 
 // Stats is a snapshot of a client's counters (shale stats MOUNTPOINT).
@@ -143,6 +179,10 @@ func (fs *FS) spriteStats() *SpriteStats {
 	if fs.writeDelay > 0 {
 		s.WriteDelay = fs.writeDelay.String()
 	}
+	fs.sample(time.Now())
+	fs.sizes.mu.Lock()
+	s.Size = slices.Clone(fs.sizes.last)
+	fs.sizes.mu.Unlock()
 	for r := range nReasons {
 		s.WriteBacks[reasonNames[r]] = c.writeBacks[r].Load()
 	}

@@ -297,6 +297,12 @@ func printSprite(w io.Writer, sp *remote.SpriteStats) {
 	} {
 		fmt.Fprintf(w, "  %-30s %10d %8s of opens\n", a.what, a.n, percent(a.n, sp.Opens))
 	}
+	if len(sp.Size) > 0 {
+		fmt.Fprintf(w, "%-12s %14s %14s\n", "cache size", "data", "dirty")
+		for _, z := range sp.Size {
+			fmt.Fprintf(w, "  %-10s %14d %14d\n", z.At.Local().Format("15:04:05"), z.CachedData, z.Dirty)
+		}
+	}
 }
 
 // percent is n as a share of of, or "-" if of is 0.

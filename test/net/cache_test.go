@@ -379,8 +379,14 @@ func TestCacheReconnectAndRestart(t *testing.T) {
 	if hotReads > 2 {
 		t.Errorf("%d data reads after a restart with the disk cache; one file changed", hotReads)
 	}
-	if hot*20 > cold {
-		t.Errorf("restarted client made %d requests, more than 5%% of a cold one's %d", hot, cold)
+	// Sprite's rules have every open reach the server (a walk, a Tlopen
+	// and its clunk: opens are how it knows whom to recall from); the
+	// rest must stay within issue 12's 5% of a cold start.
+	num := func(k string) uint64 { v, _ := by[k].(float64); return uint64(v) }
+	opens := num("lopen")
+	own := hot - min(hot, 3*opens)
+	if own*20 > cold || num("walk") > opens+2 {
+		t.Errorf("restarted client made %d requests, %d of them for %d opens: the rest (%d) is more than 5%% of a cold one's %d", hot, hot-own, opens, own, cold)
 	}
 
 	// A second mount of the cache directory is refused, in one line.

@@ -167,6 +167,25 @@ func writeFile(t *testing.T, p string, b []byte, mode os.FileMode) {
 	}
 }
 
+// syncFile writes p and fsyncs it before closing: through a mount of a
+// server that follows Sprite's rules, the bytes are on the server then.
+func syncFile(t *testing.T, p string, b []byte) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lowerTree makes a directory to export: files, a subdirectory, and ctl/
 // with the files diodload copies between (it reads zero and writes null at
 // offset 0, as diod's synthetic ctl tree serves them).

@@ -2,7 +2,8 @@
 // "rep<TAB>row<TAB>workload<TAB>seconds|timeout|failed<TAB>requests|-" on
 // stdin) into markdown tables: median times, their ratios to the loop
 // view's, and the 9P requests each step sent. With -cache, those of
-// bench/net/cache.sh (cache.go).
+// bench/net/cache.sh (cache.go); with -sprite, those of bench/net/sprite.sh
+// (sprite.go).
 package main
 
 import (
@@ -40,8 +41,13 @@ func main() {
 	mib := flag.Int("mib", 1024, "sequential file size in MiB")
 	limit := flag.Int("timeout", 0, "the step timeout in seconds")
 	cacheMode := flag.Bool("cache", false, "the results are bench/net/cache.sh's (rows local and SYSTEM-RTTms)")
+	spriteMode := flag.Bool("sprite", false, "the results are bench/net/sprite.sh's (key=value lines; rows local and SYSTEM-RTTms)")
 	flag.Parse()
 	rows := strings.Split(*rowsFlag, ",")
+	if *spriteMode {
+		spriteReport(rows, *limit)
+		return
+	}
 
 	data := map[key][]sample{}
 	sc := bufio.NewScanner(os.Stdin)
