@@ -295,7 +295,11 @@ func (f *file) jdropped(data []byte, m *p9wire.Enc) syscall.Errno {
 			j.mu.Lock()
 			j.sprite = true // the hello
 			j.mu.Unlock()
-			if r.Seq != 0 {
+			switch r.Seq {
+			case 0:
+			case journal.Goodbye:
+				sp.goodbye(j)
+			default:
 				sp.cleanAll(j, r.Seq)
 			}
 		default:

@@ -384,6 +384,22 @@ func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
 	}
 }
 
+// goodbye forgets h's dirty marks and asks: its client ended, with
+// everything written back.
+func (sp *sprite) goodbye(h *jrnl) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, st := range sp.files {
+		_, d := st.dirty[h]
+		_, a := st.asked[h]
+		if d || a {
+			delete(st.dirty, h)
+			delete(st.asked, h)
+			st.wakeLocked()
+		}
+	}
+}
+
 // noJournal stands for the clients without a journal as a lastWriter.
 var noJournal = &jrnl{name: "(no journal)"}
 

@@ -74,7 +74,8 @@ const (
 	// the controller may send it Recall and Uncache, and it has sent
 	// every Dirty it had to reclaim. With a Seq (that of a Reset, which
 	// may have stood for lost Recalls), it also says that every file was
-	// written back: it answers all that was asked before.
+	// written back: it answers all that was asked before. With Seq
+	// Goodbye, the client is ending with nothing dirty: forget its marks.
 	Clean Kind = 7
 )
 
@@ -94,6 +95,9 @@ const (
 	// nothing.
 	WriteBack uint32 = 1 << 30
 )
+
+// Goodbye is the Seq of a client's last Clean (of Qid path 0).
+const Goodbye = ^uint64(0)
 
 // NextVersion is the version after v, as an open for writing makes it.
 func NextVersion(v uint32) uint32 { return (v + 1) &^ NoCache }

@@ -121,6 +121,14 @@ func (c *cache) changedLocked(path, since uint64) bool {
 	return false
 }
 
+// changed tells whether anything about path was invalidated after
+// snapshot since: an answer asked before may be older than the change.
+func (c *cache) changed(path, since uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changedLocked(path, since)
+}
+
 // tickLocked records an invalidation of path.
 func (c *cache) tickLocked(path uint64) {
 	c.clock++

@@ -422,6 +422,24 @@ func (c *conn) lopen(fid, flags uint32) (p9wire.Qid, uint32, error) {
 	return q, d.U32(), nil
 }
 
+// setMtime sets fid's modification time to t (Tsetattr), and reports
+// whether the server did.
+func (c *conn) setMtime(fid uint32, t time.Time) bool {
+	var b p9wire.Enc
+	b.U32(fid)
+	b.U32(p9wire.SetattrMtime | p9wire.SetattrMtimeSet)
+	b.U32(0)
+	b.U32(0)
+	b.U32(0)
+	b.U64(0)
+	b.U64(0)
+	b.U64(0)
+	b.U64(uint64(t.Unix()))
+	b.U64(uint64(t.Nanosecond()))
+	_, err := c.rpc(p9wire.Tsetattr, b.B)
+	return err == nil
+}
+
 // ioSize is how many bytes one Tread or Twrite on a fid with iounit moves.
 func (c *conn) ioSize(iounit uint32) int {
 	n := c.msize - p9wire.IOHdrLen

@@ -303,25 +303,29 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	cc := n.fs.cc
-	for {
+	for try := 0; ; try++ {
 		wb := n.fs.wbGen(n.tok.Ino)
+		since := cc.snap()
 		if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
 			n.fs.hit(kindStat)
 			*out = a
-		} else if e := n.getattr(ctx, h, out); e != 0 {
+		} else if e := n.getattr(ctx, h, out, since); e != 0 {
 			return e
 		}
-		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) {
+		// An answer that crossed a change (a record, a write-back of
+		// ours) is asked again: a kernel keeps what it is given for
+		// long, and the change's invalidation went before it.
+		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.changed(n.tok.Ino, since)) {
 			return 0
 		}
 	}
 }
 
-// getattr asks the server, and caches the answer.
-func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
+// getattr asks the server, and caches the answer unless a change since
+// crossed it.
+func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, since uint64) layer.Errno {
 	cc := n.fs.cc
 	n.fs.miss(kindStat)
-	since := cc.snap()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
 	if e != 0 {
@@ -350,9 +354,9 @@ func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, func(
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
-	defer n.fs.overlayAttr(n.tok.Ino, out) // after unlock
-	unlock := n.fs.beforeSetattr(ctx, n.tok.Ino, in)
-	defer unlock()
+	defer n.fs.overlayAttr(n.tok.Ino, out) // after finish
+	finish, made := n.fs.beforeSetattr(ctx, n.tok.Ino, in), false
+	defer func() { finish(made) }()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
 	if e != 0 {
@@ -422,6 +426,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		if _, err := c.rpc(p9wire.Tsetattr, b.B); err != nil {
 			return errno(err)
 		}
+		made = true
 		kind := layer.Attrs
 		if in.Valid&layer.SetSize != 0 {
 			kind = layer.Data
@@ -473,7 +478,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	ch.spriteAttr(ctx, out)
+	if cc.changed(ch.tok.Ino, since) {
+		// The answer crossed a change: ask again (see Getattr).
+		var a layer.Attr
+		if ch.Getattr(ctx, nil, &a) == 0 {
+			*out = a
+		}
+	} else {
+		ch.spriteAttr(ctx, out)
+	}
 	return ch, 0
 }
 

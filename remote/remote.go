@@ -447,6 +447,7 @@ func (fs *FS) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), fs.timeout)
 	fs.writeBackAll(ctx, wbUnmount)
 	cancel()
+	fs.leaving()
 	fs.mu.Lock()
 	if fs.closed {
 		fs.mu.Unlock()

@@ -409,22 +409,25 @@ func (sf *sfile) overlayLocked(a *layer.Attr) {
 }
 
 // beforeSetattr prepares a setattr of path: a change of times writes the
-// dirty data back first (its write would move them again), a change of
-// size cuts it. The returned func ends it, after the Tsetattr: the file
-// stays locked against write-backs meanwhile.
-func (fs *FS) beforeSetattr(ctx context.Context, path uint64, in *layer.SetAttr) func() {
+// dirty data back first (its write would move them again). The returned
+// func ends it, after the Tsetattr, told whether the server made it: a
+// change of size then cuts the dirty data too. The file stays locked
+// against write-backs meanwhile.
+func (fs *FS) beforeSetattr(ctx context.Context, path uint64, in *layer.SetAttr) func(made bool) {
 	sf := fs.sfileOf(path, false)
 	if sf == nil || !sf.hasDirty.Load() {
-		return noop
+		return func(bool) {}
 	}
 	sf.mu.Lock()
 	if sf.d != nil && in.Valid&(layer.SetAtime|layer.SetAtimeNow|layer.SetMtime|layer.SetMtimeNow) != 0 {
 		fs.writeBackLocked(ctx, sf, wbSetattr)
 	}
-	if sf.d != nil && in.Valid&layer.SetSize != 0 {
-		fs.truncateLocked(sf, int64(in.Size))
+	return func(made bool) {
+		if made && in.Valid&layer.SetSize != 0 {
+			fs.truncateLocked(sf, int64(in.Size))
+		}
+		sf.mu.Unlock()
 	}
-	return sf.mu.Unlock
 }
 
 // truncated cuts path's dirty data at size: the server's file was cut.
@@ -547,6 +550,10 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 			return fs.lostLocked(sf, "the server refused the write: "+errno(err).Error()), false
 		}
 	}
+	// The file's modification time is when the program wrote, not when
+	// the data reached the server: make and its kind compare them. Only
+	// the owner may set it; others' write-backs leave the server's.
+	c.setMtime(fid, d.mtime)
 	n := d.bytes()
 	fs.dirtyBytes.Add(-n)
 	for _, x := range d.ext {
@@ -668,6 +675,23 @@ func (fs *FS) flusher() {
 func (fs *FS) writeBackAll(ctx context.Context, why int) {
 	for _, sf := range fs.dirtyFiles() {
 		fs.writeBack(ctx, sf.path, why)
+	}
+}
+
+// leaving is the end of the client, its dirty data written back: what
+// could not be is said, a line a file; with nothing left, the server is
+// told (a goodbye), so that it waits for no recall of ours.
+func (fs *FS) leaving() {
+	left := fs.dirtyFiles()
+	for _, sf := range left {
+		sf.mu.Lock()
+		if sf.d != nil {
+			fs.lostLocked(sf, "the client ended and the server could not be reached")
+		}
+		sf.mu.Unlock()
+	}
+	if len(left) == 0 && fs.jr != nil && fs.sprite.Load() {
+		fs.jr.send(journal.Record{Kind: journal.Clean, Seq: journal.Goodbye})
 	}
 }
 

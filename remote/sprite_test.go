@@ -179,9 +179,17 @@ func TestDelayedWrite(t *testing.T) {
 	if s := size(t, f); s != uint64(len(want)) {
 		t.Fatalf("size %d, want %d", s, len(want))
 	}
+	var before layer.Attr
+	must(t, f.Getattr(bg, nil, &before), "getattr")
+	time.Sleep(10 * time.Millisecond) // a write-back's own time would differ
 	must(t, h.Fsync(bg, false), "fsync")
 	if got := x.onServer(t, "f"); got != want {
 		t.Fatalf("after fsync the server has %q, want %q", got, want)
+	}
+	// The modification time is the last write's, not the write-back's
+	// (make compares them).
+	if fi, err := os.Stat(filepath.Join(x.dir, "f")); err != nil || !fi.ModTime().Equal(before.Mtime) {
+		t.Fatalf("after fsync the server's mtime is %v, the client showed %v (%v)", fi.ModTime(), before.Mtime, err)
 	}
 	st := a.fs.Stats().Sprite
 	if st.Discarded != 5 || st.WriteBacks["fsync"] != 1 || st.DirtyBytes != 0 {
