@@ -141,7 +141,7 @@ rm -rf "$tmp/tree"
 server_pid="" delay_pid="" delay_out="" mnt_url="" mnt_opts=()
 
 start_row() {
-	local r=$1 lower=$work/$1/lower sport dport
+	local r=$1 lower=$work/$1/lower sport
 	mkdir -p "$lower" "$work/$r/mnt"
 	# The module, and GOCACHE with only the standard library, in LOWER
 	# directly (or locally): nothing of them is in any client's cache.
@@ -160,18 +160,9 @@ start_row() {
 	uncached-*) mnt_opts=(--cache-size off) ;;
 	disk-*) mnt_opts=(--cache-dir "$work/$r/cachedir") ;;
 	esac
-	sport=$(free_port)
 	# Root unsquashed: cp -a sets owners.
-	"$shale" serve --no-root-squash --listen "tcp:127.0.0.1:$sport" "$lower" >>"$tmp/serve.log" 2>&1 &
-	server_pid=$!
-	wait_listen "$sport" "$server_pid" "shale serve"
-	dport=$(free_port)
-	delay_out=$tmp/delay-$r.out
-	: >"$delay_out"
-	"$shale" delay --listen "127.0.0.1:$dport" --to "127.0.0.1:$sport" --rtt "${r#*-}" >"$delay_out" 2>>"$tmp/delay.log" &
-	delay_pid=$!
-	wait_listen "$dport" "$delay_pid" "shale delay"
-	mnt_url=9p://127.0.0.1:$dport/
+	serve_delayed "$r" "$lower" "$tmp/serve.log" --no-root-squash
+	mnt_url=$served_url
 }
 
 # mount_row ROW: mounts the row's tree. A disk cache is saved by the

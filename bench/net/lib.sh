@@ -28,6 +28,26 @@ wait_listen() {
 }
 
 # stop PID: ends a process this script started, and reaps it.
+# serve_delayed ROW LOWER LOG [FLAGS...]: shale serve LOWER with FLAGS on a
+# free port, its log appended to LOG, behind shale delay at the row's
+# added round-trip time (ROW is NAME-RTT); sets server_pid and sport,
+# delay_pid and delay_out (the proxy's counts), and served_url.
+serve_delayed() {
+	local r=$1 lower=$2 log=$3 dport
+	shift 3
+	sport=$(free_port)
+	"$shale" serve "$@" --listen "tcp:127.0.0.1:$sport" "$lower" >>"$log" 2>&1 &
+	server_pid=$!
+	wait_listen "$sport" "$server_pid" "shale serve"
+	dport=$(free_port)
+	delay_out=$tmp/delay-$r.out
+	: >"$delay_out"
+	"$shale" delay --listen "127.0.0.1:$dport" --to "127.0.0.1:$sport" --rtt "${r#*-}" >"$delay_out" 2>>"$tmp/delay.log" &
+	delay_pid=$!
+	wait_listen "$dport" "$delay_pid" "shale delay"
+	served_url=9p://127.0.0.1:$dport/
+}
+
 stop() {
 	[ -n "$1" ] || return 0
 	kill "$1" 2>/dev/null || true

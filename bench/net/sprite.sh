@@ -256,7 +256,7 @@ gen_tree "$tmp/tree" "$files"
 # clients' mount flags and url to what they mount.
 opts=() url="" sport=""
 start_row() {
-	local r=$1 lower=$work/$1/lower dport sprite=true
+	local r=$1 lower=$work/$1/lower sprite=true
 	mkdir -p "$lower/tmp" "$work/$r/a" "$work/$r/b"
 	STEPLOG=$tmp/steps/$rep-$r
 	mkdir -p "$STEPLOG"
@@ -268,18 +268,9 @@ start_row() {
 	wt-*) opts=(--write-delay 0) ;;
 	off-*) opts=() sprite=false ;;
 	esac
-	sport=$(free_port)
 	# Root unsquashed: make runs as root.
-	"$shale" serve --sprite="$sprite" --no-root-squash --listen "tcp:127.0.0.1:$sport" "$lower" >>"$tmp/serve-$r.log" 2>&1 &
-	server_pid=$!
-	wait_listen "$sport" "$server_pid" "shale serve"
-	dport=$(free_port)
-	delay_out=$tmp/delay-$r.out
-	: >"$delay_out"
-	"$shale" delay --listen "127.0.0.1:$dport" --to "127.0.0.1:$sport" --rtt "${r#*-}" >"$delay_out" 2>>"$tmp/delay.log" &
-	delay_pid=$!
-	wait_listen "$dport" "$delay_pid" "shale delay"
-	url=9p://127.0.0.1:$dport/
+	serve_delayed "$r" "$lower" "$tmp/serve-$r.log" --sprite="$sprite" --no-root-squash
+	url=$served_url
 }
 
 # mount_client ROW CLIENT: mounts the row's tree for client a or b, its

@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -386,12 +386,13 @@ func startServe(t *testing.T, log string, args ...string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	s := &served{done: make(chan struct{})}
+	go func() { s.err = cmd.Wait(); close(s.done) }()
+	servedBy.Store(cmd, s)
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-s.done:
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
 		}
@@ -402,8 +403,8 @@ func startServe(t *testing.T, log string, args ...string) *exec.Cmd {
 			return cmd
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("shale serve ended: %v: %s", err, b)
+		case <-s.done:
+			t.Fatalf("shale serve ended: %v: %s", s.err, b)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -413,19 +414,26 @@ func startServe(t *testing.T, log string, args ...string) *exec.Cmd {
 	}
 }
 
-// stopServe ends cmd with sig and waits until it has ended.
+// served is a shale serve that startServe started: done is closed once
+// it has been reaped, with err its Wait's.
+type served struct {
+	done chan struct{}
+	err  error
+}
+
+var servedBy sync.Map // *exec.Cmd → *served
+
+// stopServe ends cmd with sig and waits until it has been reaped: not
+// only its first thread, as a zombie's, but all of them, which hold its
+// files (the marker's lock) until they have gone.
 func stopServe(t *testing.T, cmd *exec.Cmd, sig syscall.Signal) {
 	t.Helper()
 	cmd.Process.Signal(sig)
-	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(cmd.Process.Pid, 0) == nil; {
-		// A zombie until startServe's Wait reaps it.
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat"); strings.Contains(string(b), ") Z ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shale serve (pid %d) does not end", cmd.Process.Pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+	v, _ := servedBy.Load(cmd)
+	select {
+	case <-v.(*served).done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("shale serve (pid %d) does not end", cmd.Process.Pid)
 	}
 }
 
