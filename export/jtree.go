@@ -302,6 +302,8 @@ func (f *file) jdropped(data []byte, m *p9wire.Enc) syscall.Errno {
 			default:
 				sp.cleanAll(j, r.Seq)
 			}
+		case r.Seq == 0:
+			sp.cleanUnasked(j, r.Qid.Path, r.Qid.Vers)
 		default:
 			sp.clean(j, r.Qid.Path, r.Seq)
 		}

@@ -357,6 +357,22 @@ func (sp *sprite) clean(h *jrnl, path, seq uint64) {
 	}
 }
 
+// cleanUnasked takes a Clean h sent of itself (no Recall asked for it):
+// it holds no dirty data of path as of version vers, the version its own
+// last open for writing got. A later open for writing by h made a newer
+// mark, which stays.
+func (sp *sprite) cleanUnasked(h *jrnl, path uint64, vers uint32) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, st := range sp.filesOf(path) {
+		if v, dirty := st.dirty[h]; dirty && v == vers {
+			if _, asked := st.asked[h]; !asked {
+				delete(st.dirty, h)
+			}
+		}
+	}
+}
+
 // answeredLocked takes h's Clean with seq: it answers the ask sent at or
 // before seq, and clears h's dirty mark unless h opened the file for
 // writing again since that ask (a Clean crossing that open on the wire

@@ -69,7 +69,10 @@ const (
 	// controller (restarted, or told of no open) does not know of.
 	Dirty Kind = 6
 	// Clean, client to controller: this client holds no dirty data of
-	// Qid; its Seq is that of the Recall or Uncache it answers. A Clean
+	// Qid; its Seq is that of the Recall or Uncache it answers. With Seq
+	// 0 the client says it of itself (it wrote its data back, or writes
+	// through), and Qid.Vers is the version of its last open of the file
+	// for writing: the controller then need not recall from it. A Clean
 	// of Qid path 0 is the client's hello: it follows Sprite's rules, so
 	// the controller may send it Recall and Uncache, and it has sent
 	// every Dirty it had to reclaim. With a Seq (that of a Reset, which

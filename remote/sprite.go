@@ -187,7 +187,10 @@ func (fs *FS) released(h *handle) {
 		return
 	}
 	sf.mu.Lock()
-	delete(sf.writers, h)
+	if sf.writers[h] {
+		delete(sf.writers, h)
+		fs.cleanLocked(sf)
+	}
 	fs.forgetIdle(sf)
 	sf.mu.Unlock()
 }
@@ -564,7 +567,25 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 	sf.hasDirty.Store(false)
 	sf.gen++
 	fs.ctr.writeBacks[why].Add(1)
+	if why != wbRecall && why != wbUncache {
+		fs.cleanLocked(sf) // a Recall's answer says as much
+	}
 	return 0, false
+}
+
+// cleanLocked tells the server, if no handle of this client can write
+// the file, that the client holds nothing dirty of it (a Clean of its
+// own, with the version of its last open for writing), so that the next
+// open elsewhere needs no recall. Sent in the background.
+func (fs *FS) cleanLocked(sf *sfile) {
+	if len(sf.writers) > 0 || sf.d != nil || !sf.known || fs.jr == nil {
+		return
+	}
+	r := journal.Record{Kind: journal.Clean, Qid: p9wire.Qid{Path: sf.path, Vers: sf.version}}
+	go func() {
+		fs.jr.send(r)
+		fs.ctr.cleans.Add(1)
+	}()
 }
 
 // writeBackFid is a fid to write sf's file through. refused is the

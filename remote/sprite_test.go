@@ -447,3 +447,36 @@ func TestFsyncRacingWriteBack(t *testing.T) {
 		}
 	}
 }
+
+// A client with nothing dirty says so of itself (a Clean of its own):
+// written through, or written back by fsync, and closed, the file opens
+// elsewhere without a recall.
+func TestNoRecallWhenClean(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+	}{{"through", -1}, {"fsynced", time.Hour}} {
+		a := spriteClient(t, x, "a-"+c.name, Options{WriteDelay: c.delay})
+		b := spriteClient(t, x, "b-"+c.name, Options{})
+		_, h := create(t, a, c.name)
+		write(t, h, 0, "data")
+		must(t, h.Fsync(bg, false), "fsync")
+		h.Release(bg)
+		// The Clean goes in the background: once the server has it, b's
+		// open recalls nothing.
+		for deadline := time.Now().Add(slow); a.fs.Stats().Sprite.Cleans == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: a never said it is clean", c.name)
+			}
+		}
+		hb := open(t, lookup(t, b, c.name), unix.O_RDONLY)
+		if got := readAll(t, hb); got != "data" {
+			t.Fatalf("%s: b read %q", c.name, got)
+		}
+		hb.Release(bg)
+		if n := a.fs.Stats().Sprite.Recalls; n != 0 {
+			t.Fatalf("%s: b's open recalled from a, which had nothing dirty (%d recalls)", c.name, n)
+		}
+	}
+}

@@ -43,6 +43,7 @@ type counters struct {
 	opens, opensStale     atomic.Uint64 // Tlopens answered; those that found another version
 	opensNoCache          atomic.Uint64 // answered NoCache: write-shared
 	recalls, uncaches     atomic.Uint64 // records received
+	cleans                atomic.Uint64 // Cleans sent of the client's own
 	reclaimsRefused       atomic.Uint64
 }
 
@@ -69,6 +70,7 @@ type SpriteStats struct {
 	OpensNoCache    uint64 `json:"opens_nocache"` // write-shared: not cached
 	Recalls         uint64 `json:"recalls"`       // Recall records answered
 	Uncaches        uint64 `json:"uncaches"`      // Uncache records answered
+	Cleans          uint64 `json:"cleans"`        // Cleans sent unasked: nothing dirty, no recall needed
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
@@ -175,7 +177,7 @@ func (fs *FS) spriteStats() *SpriteStats {
 		Discarded: c.discarded.Load(), Lost: c.lost.Load(), DirtyBytes: fs.dirtyBytes.Load(),
 		DirtyFiles: len(fs.dirtyFiles()), WriteBacks: map[string]uint64{},
 		Opens: c.opens.Load(), OpensStale: c.opensStale.Load(), OpensNoCache: c.opensNoCache.Load(),
-		Recalls: c.recalls.Load(), Uncaches: c.uncaches.Load(), ReclaimsRefused: c.reclaimsRefused.Load()}
+		Recalls: c.recalls.Load(), Uncaches: c.uncaches.Load(), Cleans: c.cleans.Load(), ReclaimsRefused: c.reclaimsRefused.Load()}
 	if fs.writeDelay > 0 {
 		s.WriteDelay = fs.writeDelay.String()
 	}

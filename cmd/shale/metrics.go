@@ -119,6 +119,7 @@ func clientSamples(s remote.Stats) []metrics.Sample {
 	counter("opens_nocache_total", "Opens of a write-shared file: not cached.", sp.OpensNoCache)
 	counter("recalls_total", "Recalls of delayed data answered.", sp.Recalls)
 	counter("uncaches_total", "Uncache records answered.", sp.Uncaches)
+	counter("cleans_total", "Cleans sent unasked: the client holds nothing dirty of the file, so no recall is needed.", sp.Cleans)
 	counter("reclaims_refused_total", "Reclaims of delayed data the server refused after a reconnection.", sp.ReclaimsRefused)
 	return out
 }

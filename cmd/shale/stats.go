@@ -294,6 +294,7 @@ func printSprite(w io.Writer, sp *remote.SpriteStats) {
 		{"recalls answered", sp.Recalls},
 		{"uncaches answered", sp.Uncaches},
 		{"reclaims refused", sp.ReclaimsRefused},
+		{"cleans sent unasked", sp.Cleans},
 	} {
 		fmt.Fprintf(w, "  %-30s %10d %8s of opens\n", a.what, a.n, percent(a.n, sp.Opens))
 	}
