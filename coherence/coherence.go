@@ -81,14 +81,14 @@ func (m *Manager) Open(ctx context.Context, v uint32, tok layer.Token, write boo
 		return
 	}
 	m.mu.RLock()
-	var os []Opener
+	var openers []Opener
 	for id, h := range m.holders {
 		if o, ok := h.h.(Opener); ok && id != v {
-			os = append(os, o)
+			openers = append(openers, o)
 		}
 	}
 	m.mu.RUnlock()
-	for _, o := range os {
+	for _, o := range openers {
 		o.Opening(ctx, tok, write)
 	}
 }
