@@ -40,3 +40,9 @@ about_run() {
 	echo "- machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
 	echo "- kernel: $(uname -r); work dir $work on $fstype ($(df --output=source "$work" | tail -1))"
 }
+
+# positive FLAG VALUE: ends the script, in one line, unless VALUE (given
+# to -FLAG) is a positive whole number.
+positive() {
+	[[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): -$1 wants a positive number, got '$2'" >&2; exit 2; }
+}

@@ -38,7 +38,7 @@ while getopts "n:o:d:s:h" opt; do
 	*) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
-[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -n wants a positive number, got '$runs'" >&2; exit 2; }
+positive n "$runs"
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
 IFS=, read -r -a syslist <<<"$systems"
 for s in "${syslist[@]}"; do

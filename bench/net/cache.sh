@@ -81,9 +81,8 @@ while getopts "n:o:p:d:l:s:t:T:G:h" opt; do
 	*) sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
-for v in runs steptimeout; do
-	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "cache.sh: -${v:0:1} wants a positive number, got '${!v}'" >&2; exit 2; }
-done
+positive n "$runs"
+positive t "$steptimeout"
 [[ $gocachein =~ ^(local|mount)$ ]] || { echo "cache.sh: -G wants local or mount, got '$gocachein'" >&2; exit 2; }
 [ -d "$SRC" ] || { echo "cache.sh: source tree $SRC is not a directory" >&2; exit 2; }
 SRC=$(realpath "$SRC")

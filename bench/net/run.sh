@@ -56,9 +56,9 @@ while getopts "n:o:d:s:t:T:b:h" opt; do
 	*) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
-for v in runs steptimeout BIGMB; do
-	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: -${v:0:1} wants a positive number, got '${!v}'" >&2; exit 2; }
-done
+positive n "$runs"
+positive t "$steptimeout"
+positive b "$BIGMB"
 [ -d "$SRC" ] || { echo "run.sh: source tree $SRC is not a directory" >&2; exit 2; }
 SRC=$(realpath "$SRC")
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches, and diod serves every user only as root)" >&2; exit 1; }

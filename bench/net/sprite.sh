@@ -83,9 +83,10 @@ while getopts "n:o:d:l:s:F:j:t:h" opt; do
 	*) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 	esac
 done
-for v in runs steptimeout files jobs; do
-	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "sprite.sh: -$(case $v in runs) echo n ;; steptimeout) echo t ;; files) echo F ;; jobs) echo j ;; esac) wants a positive number, got '${!v}'" >&2; exit 2; }
-done
+positive n "$runs"
+positive t "$steptimeout"
+positive F "$files"
+positive j "$jobs"
 [ "$files" -le 100 ] || { echo "sprite.sh: -F wants at most 100 files, got $files" >&2; exit 2; }
 [ -z "$out" ] || out=$(realpath -m "$out")
 IFS=, read -r -a rttlist <<<"$rtts"
