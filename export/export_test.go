@@ -783,6 +783,31 @@ func TestFlush(t *testing.T) {
 	}
 }
 
+// Tversion aborts the requests of the old session (version(5)): one that
+// hangs in a layer until cancelled does not hold the new session up.
+func TestVersionAborts(t *testing.T) {
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	r.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Write(frame(tVersion, 0xffff, uint32(8192), "9P2000.L")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var hdr [7]byte
+		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
+			t.Fatalf("no Rversion while a request hangs: %v", err)
+		}
+		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
+		if hdr[4] == tVersion+1 {
+			break
+		}
+	}
+}
+
 // ".." walks up, but never above the attach.
 func TestWalkDotDot(t *testing.T) {
 	f := newFixture(t, Options{})

@@ -126,19 +126,6 @@ func (f *file) jwalk(names []string) (*file, []p9wire.Qid, syscall.Errno) {
 	return &file{c: f.c, seq: f.c.seq.Add(1), who: f.who, jt: nj}, qids, 0
 }
 
-// stopJournalReads ends every journal read of c.
-func (c *conn) stopJournalReads() {
-	c.mu.Lock()
-	fs := make([]*file, 0, len(c.fids))
-	for _, f := range c.fids {
-		fs = append(fs, f)
-	}
-	c.mu.Unlock()
-	for _, f := range fs {
-		f.stopReads()
-	}
-}
-
 // jop serves a request on a fid of the journal tree.
 func (f *file) jop(ctx context.Context, typ uint8, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
 	n := f.jt

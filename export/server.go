@@ -74,9 +74,10 @@ func (c *conn) loop() {
 		d := &p9wire.Dec{B: body}
 		switch h.Type {
 		case p9wire.Tversion:
-			// A new session: it waits for the requests of the old, and
-			// ends the journal reads among them, which could wait for ever.
-			c.stopJournalReads()
+			// A new session aborts the requests of the old (9P's
+			// version(5)) and waits for them: some, like a journal read
+			// or a hung lower lookup, would wait for ever.
+			c.cancelAll()
 			c.flight.Wait()
 			c.send(nil, h.Tag, c.version(h.Tag, d))
 			continue
@@ -130,6 +131,15 @@ func (c *conn) loop() {
 			defer cancel()
 			c.send(q, h.Tag, c.serveOne(ctx, h.Type, h.Tag, d))
 		})
+	}
+}
+
+// cancelAll cancels every request in flight.
+func (c *conn) cancelAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range c.tags {
+		q.cancel()
 	}
 }
 
