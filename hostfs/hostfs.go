@@ -388,13 +388,19 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, e
 	}
 	defer n.done()
+	// Non-blocking, so that a fifo of that name (O_CREAT without O_EXCL
+	// opens what is there) cannot hang the request: it is refused below.
 	var fd int
 	err := n.fs.asCaller(ctx, func() (err error) {
-		fd, err = unix.Openat(dirfd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, newMode(ctx, dirfd, mode))
+		fd, err = unix.Openat(dirfd, name, int(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, newMode(ctx, dirfd, mode))
 		return err
 	})
 	if err != nil {
 		return nil, nil, errno(err)
+	}
+	if e := regularFd(fd, flags); e != 0 {
+		unix.Close(fd)
+		return nil, nil, e
 	}
 	n.fs.raise(ctx, layer.Entries, n.token, name)
 	// The node must hold the inode we opened, not whatever the name
@@ -410,6 +416,29 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, e
 	}
 	return c, c.newFile(fd), 0
+}
+
+// regularFd checks that Create opened a regular file (a name of another
+// kind of file gives EEXIST: a file system above serves data of regular
+// files only) and takes O_NONBLOCK off again unless flags asked for it.
+func regularFd(fd int, flags uint32) layer.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errno(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return syscall.EEXIST
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err == nil {
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+		}
+		if err != nil {
+			return errno(err)
+		}
+	}
+	return 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) layer.Errno {

@@ -204,6 +204,33 @@ func TestDirOffsetsResume(t *testing.T) {
 	}
 }
 
+// Create over a fifo of that name refuses at once: opening it would wait
+// for a writer for ever.
+func TestCreateOverFifo(t *testing.T) {
+	dir, root := newFS(t)
+	if err := unix.Mkfifo(filepath.Join(dir, "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a layer.Attr
+	if _, _, e := root.Create(ctx, "p", syscall.O_RDONLY, 0o644, &a); e != syscall.EEXIST {
+		t.Fatalf("create over a fifo: %v, want EEXIST", e)
+	}
+	// A regular file is opened as asked: blocking, unless asked not to.
+	c, h, e := root.Create(ctx, "f", syscall.O_RDWR, 0o644, &a)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer c.Forget()
+	defer h.Release(ctx)
+	fd, ok := h.(layer.Passthrougher).PassthroughFd()
+	if !ok {
+		t.Fatal("no descriptor")
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
+		t.Fatalf("flags %#x (%v): O_NONBLOCK left on", fl, err)
+	}
+}
+
 // Objects made for another user belong to that user, with the group the
 // lower file system chooses (a setgid directory's).
 func TestCreateAsCaller(t *testing.T) {
