@@ -14,6 +14,7 @@ type Held[I comparable] struct {
 	mu       sync.Mutex
 	byToken  map[layer.Token][]I
 	inflight map[layer.Token]int
+	reading  map[layer.Token][]chan struct{}
 }
 
 // Add records i under tok. A token may have several handles for a moment
@@ -97,4 +98,44 @@ func (h *Held[I]) IsBusy(tok layer.Token) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.inflight[tok] > 0
+}
+
+// Reading marks a read of this holder's client in flight on tok until
+// the returned function runs (WaitReads).
+func (h *Held[I]) Reading(tok layer.Token) func() {
+	done := make(chan struct{})
+	h.mu.Lock()
+	if h.reading == nil {
+		h.reading = map[layer.Token][]chan struct{}{}
+	}
+	h.reading[tok] = append(h.reading[tok], done)
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		rs := h.reading[tok]
+		for k, r := range rs {
+			if r == done {
+				rs = append(rs[:k:k], rs[k+1:]...)
+				break
+			}
+		}
+		if len(rs) == 0 {
+			delete(h.reading, tok)
+		} else {
+			h.reading[tok] = rs
+		}
+		h.mu.Unlock()
+		close(done)
+	}
+}
+
+// WaitReads returns once the reads in flight on tok when it was called
+// have ended; later ones do not hold it up.
+func (h *Held[I]) WaitReads(tok layer.Token) {
+	h.mu.Lock()
+	rs := append([]chan struct{}(nil), h.reading[tok]...)
+	h.mu.Unlock()
+	for _, r := range rs {
+		<-r
+	}
 }

@@ -45,12 +45,31 @@ func layerHandle(f fs.FileHandle) layer.Handle {
 	return nil
 }
 
+// Read counts as in flight (holder.go) until its reply is on its way:
+// go-fuse calls Done once it wrote the data, but never for an empty
+// reply, which is in flight until Read returns.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	done := h.v.cached.Reading(h.tok)
 	k, e := h.h.Read(h.v.caller(ctx), dest, off)
-	if e != 0 {
+	switch {
+	case e != 0:
+		done()
 		return nil, e
+	case k == 0:
+		done()
+		return fuse.ReadResultData(nil), 0
 	}
-	return fuse.ReadResultData(dest[:k]), 0
+	return readResult{fuse.ReadResultData(dest[:k]), done}, 0
+}
+
+type readResult struct {
+	fuse.ReadResult
+	done func()
+}
+
+func (r readResult) Done() {
+	r.ReadResult.Done()
+	r.done()
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

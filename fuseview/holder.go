@@ -14,12 +14,24 @@ import (
 
 // Invalidate drops what the kernel caches about ev's file, before it
 // returns unless a request of this view is at work on the file (busy).
+//
+// A change made beside the stack first waits for this view's READs of
+// the file in flight. The kernel sized the file by what such a READ
+// returns only if no invalidation came between its sending and its
+// reply: a short READ answered after the change (a truncation's) would
+// otherwise leave the old size over a page padded with zeros, which
+// programs read as data. The raisers of such changes (watchers, a remote
+// journal, an open's version check) hold no lock a READ may need; a
+// change made by another view's request may, so that one does not wait.
 func (v *view) Invalidate(ev layer.Event) {
 	if ev.Kind == layer.Everything {
 		go v.invalidateAll()
 		return
 	}
 	busy := v.cached.IsBusy(ev.Token)
+	if !busy && ev.View == 0 {
+		v.cached.WaitReads(ev.Token)
+	}
 	for _, in := range v.cached.Of(ev.Token) {
 		if in.Forgotten() {
 			continue

@@ -239,11 +239,33 @@ func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	// clients) write them back first.
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 	i.v.mgr.Open(ctx, i.v.id, i.node().Token(), write)
-	h, e := i.node().Open(i.v.caller(ctx), flags)
+	h, e := i.node().Open(i.v.caller(ctx), flags&^syscall.O_TRUNC)
 	if e != 0 {
 		return nil, 0, e
 	}
+	if flags&syscall.O_TRUNC != 0 {
+		if e := i.truncate(ctx, h, flags); e != 0 {
+			h.Release(i.v.caller(ctx))
+			return nil, 0, e
+		}
+	}
 	return i.v.newHandle(h, i.node().Token()), i.v.openFlags(), 0
+}
+
+// truncate empties the file for an open with O_TRUNC. The kernel leaves
+// that to OPEN (atomic O_TRUNC, view.go) rather than a SETATTR ahead of
+// it, during which it ignores the size READs find: a READ answered then
+// left the old size over a page of zeros, which a program reading while
+// another rewrote the file got as its contents. It is the SETATTR every
+// layer knows, which tells the other views too; through the new handle
+// if it may write, as ftruncate, else by the caller's permission.
+func (i *inode) truncate(ctx context.Context, h layer.Handle, flags uint32) syscall.Errno {
+	defer i.v.cached.Busy(i.node().Token())()
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		h = nil
+	}
+	var a layer.Attr
+	return i.node().Setattr(i.v.caller(ctx), h, &layer.SetAttr{Valid: layer.SetSize}, &a)
 }
 
 func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

@@ -98,7 +98,8 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 		// Symlinks never change in place, so caching them is safe; the
 		// kernel decides when a listing is worth READDIRPLUS.
 		EnableSymlinkCaching: true,
-		ExtraCapabilities:    fuse.CAP_READDIRPLUS_AUTO,
+		// Atomic O_TRUNC: node.go (truncate) says why.
+		ExtraCapabilities: fuse.CAP_READDIRPLUS_AUTO | fuse.CAP_ATOMIC_O_TRUNC,
 	}
 	if o.AllowOther {
 		mo.Options = append(mo.Options, "default_permissions")

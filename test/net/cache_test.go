@@ -234,7 +234,7 @@ func TestCacheTorture(t *testing.T) {
 				reads.Add(1)
 				if got := parse(string(b)); got < floor {
 					stale.Add(1)
-					t.Errorf("client %d read f%d version %d after version %d was delivered", r, f, got, floor)
+					t.Errorf("client %d read f%d version %d after version %d was delivered: %q", r, f, got, floor, b)
 				}
 			}
 		})
