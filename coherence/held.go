@@ -1,6 +1,7 @@
 package coherence
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/shalefs/shale/layer"
@@ -39,17 +40,19 @@ func (h *Held[I]) Add(tok layer.Token, i I, stale func(I) bool) {
 func (h *Held[I]) Remove(tok layer.Token, i I) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	is := h.byToken[tok]
-	for k, o := range is {
-		if o == i {
-			is = append(is[:k:k], is[k+1:]...)
-			break
-		}
+	removeFrom(h.byToken, tok, i)
+}
+
+// removeFrom takes x out of m[k], and k out of m once nothing is left.
+func removeFrom[T comparable](m map[layer.Token][]T, k layer.Token, x T) {
+	s := m[k]
+	if i := slices.Index(s, x); i >= 0 {
+		s = slices.Delete(s, i, i+1)
 	}
-	if len(is) == 0 {
-		delete(h.byToken, tok)
+	if len(s) == 0 {
+		delete(m, k)
 	} else {
-		h.byToken[tok] = is
+		m[k] = s
 	}
 }
 
@@ -112,18 +115,7 @@ func (h *Held[I]) Reading(tok layer.Token) func() {
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
-		rs := h.reading[tok]
-		for k, r := range rs {
-			if r == done {
-				rs = append(rs[:k:k], rs[k+1:]...)
-				break
-			}
-		}
-		if len(rs) == 0 {
-			delete(h.reading, tok)
-		} else {
-			h.reading[tok] = rs
-		}
+		removeFrom(h.reading, tok, done)
 		h.mu.Unlock()
 		close(done)
 	}

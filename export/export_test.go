@@ -751,15 +751,21 @@ func TestGetlock(t *testing.T) {
 	}
 }
 
-// Tflush cancels a request that hangs in a layer, and answers after it.
-func TestFlush(t *testing.T) {
-	f := newFixture(t, Options{})
-	r := f.rawDial(t)
+// hungWalk is a connection with a walk of tag 5 (to fid 1) hung in a
+// layer until it is cancelled.
+func hungWalk(t *testing.T) *raw {
+	r := newFixture(t, Options{}).rawDial(t)
 	r.handshake(t, 64<<10, nobodyUid)
 	r.c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// Tflush cancels a request that hangs in a layer, and answers after it.
+func TestFlush(t *testing.T) {
+	r := hungWalk(t)
 	// Other requests are served meanwhile.
 	r.must(t, "getattr while one hangs", frame(tGetattr, 6, uint32(0), uint64(0x3fff)))
 	if _, err := r.c.Write(frame(tFlush, 7, uint16(5))); err != nil {
@@ -786,13 +792,7 @@ func TestFlush(t *testing.T) {
 // Tversion aborts the requests of the old session (version(5)): one that
 // hangs in a layer until cancelled does not hold the new session up.
 func TestVersionAborts(t *testing.T) {
-	f := newFixture(t, Options{})
-	r := f.rawDial(t)
-	r.handshake(t, 64<<10, nobodyUid)
-	r.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
-		t.Fatal(err)
-	}
+	r := hungWalk(t)
 	if _, err := r.c.Write(frame(tVersion, 0xffff, uint32(8192), "9P2000.L")); err != nil {
 		t.Fatal(err)
 	}
