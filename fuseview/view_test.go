@@ -142,6 +142,65 @@ func TestPassthroughServesTheHostFile(t *testing.T) {
 	}
 }
 
+// A program reading a file while another rewrites it (open O_TRUNC,
+// write) through the same mount reads the old bytes, the new or none,
+// never zeros: without atomic O_TRUNC the kernel truncated with a SETATTR
+// during which it ignores the size a READ finds, and kept the old size
+// over a page padded with zeros (one read in six here).
+func TestRewriteWhileReading(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts FUSE file systems: run it as root")
+	}
+	lower := t.TempDir()
+	st := stack.New(stack.Options{})
+	root, err := hostfs.New(st, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	// As shale mount makes it, but for passthrough, which serves data
+	// without us.
+	srv, err := Mount(mnt, st, root, Options{Timeout: time.Hour, AllowOther: true, Coherent: true, KeepCache: true, NoPollHack: true, Source: lower})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Unmount()
+	p := filepath.Join(mnt, "f")
+	if err := os.WriteFile(p, []byte("v0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var reads, zeros int
+	go func() {
+		defer close(done)
+		for v := 1; v <= 3000; v++ {
+			if err := os.WriteFile(p, []byte(fmt.Sprintf("v%d%s", v, strings.Repeat(".", v%7))), 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			t.Logf("%d reads while rewriting, %d with zeros", reads, zeros)
+			if zeros > 0 {
+				t.Errorf("%d of %d reads found zeros", zeros, reads)
+			}
+			return
+		default:
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads++
+		if strings.IndexByte(string(b), 0) >= 0 {
+			zeros++
+		}
+	}
+}
+
 const mapHelperEnv = "FUSEVIEW_TEST_MAP"
 
 // TestMain runs the mapping child when asked to: map the file, say
