@@ -202,6 +202,14 @@ func TestCacheTwoClients(t *testing.T) {
 // TestCacheTorture: three clients and LOWER change and read files at
 // random. A version is delivered once every client has shown it; a read
 // that starts after that must show it or a later one: zero stale reads.
+//
+// A read that finds only zeros is not stale data but the kernel's: a
+// READ answered empty (between a rewrite's truncation and its data)
+// after another request told the kernel of the file keeps the old size
+// over a page it pads with zeros (fuse_short_read; docs/network.md,
+// Sprite's Status). fuseview makes that rare, not impossible: it may be
+// one read, and one more in every 10,000 (one in 200,000 on this machine;
+// one in 800 before atomic O_TRUNC).
 func TestCacheTorture(t *testing.T) {
 	const files = 6
 	lower, _, url := cacheServer(t, files)
@@ -211,6 +219,7 @@ func TestCacheTorture(t *testing.T) {
 		delivered [files]atomic.Int64
 		version   [files]int64
 		stale     atomic.Int64
+		zeros     atomic.Int64
 		reads     atomic.Int64
 		delays    []time.Duration
 	)
@@ -232,6 +241,10 @@ func TestCacheTorture(t *testing.T) {
 					continue // a rename's window; a write between its truncation and its data
 				}
 				reads.Add(1)
+				if strings.Trim(string(b), "\x00") == "" {
+					zeros.Add(1)
+					continue
+				}
 				if got := parse(string(b)); got < floor {
 					stale.Add(1)
 					t.Errorf("client %d read f%d version %d after version %d was delivered: %q", r, f, got, floor, b)
@@ -270,7 +283,10 @@ func TestCacheTorture(t *testing.T) {
 	}
 	wg.Wait()
 	logDelays(t, "delivery to all three clients", delays)
-	t.Logf("%d reads, %d stale", reads.Load(), stale.Load())
+	t.Logf("%d reads, %d stale, %d zeros", reads.Load(), stale.Load(), zeros.Load())
+	if z, most := zeros.Load(), 1+reads.Load()/10000; z > most {
+		t.Errorf("%d of %d reads found only zeros: more than %d", z, reads.Load(), most)
+	}
 	for _, m := range mnts {
 		s := cacheStats(t, m)
 		t.Logf("%s: hits %v misses %v records %v", m, s["hits"], s["misses"], s["records"])
