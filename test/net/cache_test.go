@@ -258,12 +258,13 @@ func TestCacheTorture(t *testing.T) {
 		wmu.Lock()
 		version[f]++
 		v := version[f]
-		where := lower
+		where, how := lower, "written in LOWER"
 		if k := rng.IntN(4); k < 3 {
-			where = mnts[k]
+			where, how = mnts[k], fmt.Sprintf("written through client %d", k)
 		}
 		p := filepath.Join(where, fmt.Sprintf("f%d", f))
 		if rng.IntN(3) == 0 {
+			how += " by a rename"
 			// Replace the file by a rename: an entry change.
 			tmp := filepath.Join(where, fmt.Sprintf("tmp%d", f))
 			writeFile(t, tmp, []byte(content(v)), 0o644)
@@ -274,8 +275,8 @@ func TestCacheTorture(t *testing.T) {
 			writeFile(t, p, []byte(content(v)), 0o644)
 		}
 		start := time.Now()
-		for _, m := range mnts {
-			waitFor(t, "delivery", readIs(filepath.Join(m, fmt.Sprintf("f%d", f)), content(v)))
+		for i, m := range mnts {
+			waitFor(t, fmt.Sprintf("delivery to client %d of f%d %s", i, f, how), readIs(filepath.Join(m, fmt.Sprintf("f%d", f)), content(v)))
 		}
 		delays = append(delays, time.Since(start))
 		delivered[f].Store(v)
