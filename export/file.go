@@ -422,7 +422,7 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 			case !f.c.s.opts.Sprite:
 			case !writeBack:
 				write := fl&unix.O_ACCMODE != unix.O_RDONLY || fl&unix.O_TRUNC != 0
-				if q.Vers, e = f.spriteOpen(ctx, write); e != 0 {
+				if q.Vers, e = f.spriteOpen(ctx, write, false); e != 0 {
 					return e
 				}
 			default:
@@ -446,9 +446,9 @@ func (f *file) lopen(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.
 
 // spriteOpen counts an open of f's regular file under Sprite's rules
 // and returns the QID version to answer with.
-func (f *file) spriteOpen(ctx context.Context, write bool) (uint32, syscall.Errno) {
+func (f *file) spriteOpen(ctx context.Context, write, create bool) (uint32, syscall.Errno) {
 	so := &spriteOpen{k: interestKey{f.r, f.qid().Path}, write: write}
-	v, e := f.c.s.sp.open(ctx, so.k, f.c, write)
+	v, e := f.c.s.sp.open(ctx, so.k, f.c, write, create)
 	if e == 0 {
 		f.so = so
 	}
@@ -491,7 +491,7 @@ func (f *file) lcreate(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscal
 	f.c.note(ctx, f.r, f.qid())
 	q := f.qid()
 	if f.c.s.opts.Sprite {
-		if q.Vers, e = f.spriteOpen(ctx, true); e != 0 {
+		if q.Vers, e = f.spriteOpen(ctx, true, true); e != 0 {
 			return e // the file is made and open: the client's clunk releases it
 		}
 	}

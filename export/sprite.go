@@ -158,7 +158,14 @@ func (st *fstate) wakeLocked() {
 //
 // c is nil for an open through a FUSE view of the server's stack
 // (Opening): it is not registered, but recalls and shares as any other.
-func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) (uint32, syscall.Errno) {
+//
+// Unless create, the open then returns once the opener's journal has
+// applied the records queued for it: a write-back that another open
+// recalled just before may have changed the file, and what the opener's
+// caches (its kernel's too) hold of it must go first. A Tlcreate does not
+// wait: its client's kernel may hold the directory's lock, which that
+// client's journal, dropping an entry of it, would wait for.
+func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write, create bool) (uint32, syscall.Errno) {
 	var me *jrnl
 	if c != nil {
 		me = c.journal.Load()
@@ -253,7 +260,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write bool) 
 				if recalled {
 					sp.recalls.Add(1)
 				}
-				if waited && me != nil {
+				if me != nil && (waited || !create) {
 					// What the recalled write-backs changed reaches the
 					// opener's journal as records: applied before the
 					// open returns, so its cache shows none of the old.
@@ -506,7 +513,7 @@ func (s *Server) rootKeys(path uint64) []interestKey {
 // for writing, those that have it open stop caching it.
 func (h jholder) Opening(ctx context.Context, tok layer.Token, write bool) {
 	if h.s.opts.Sprite {
-		h.s.sp.open(ctx, interestKey{h.r, tok.Ino}, nil, write)
+		h.s.sp.open(ctx, interestKey{h.r, tok.Ino}, nil, write, false)
 	}
 }
 

@@ -878,6 +878,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		// rules want the server to see every open).
 		return h, 0
 	}
+	defer n.fs.openOf(n.tok.Ino)()
 	since := cc.snap()
 	uncaches := n.fs.uncachesOf(n.tok.Ino)
 	c, e := n.fs.conn(ctx)

@@ -154,8 +154,10 @@ type FS struct {
 	dirtyBytes atomic.Int64
 	smu        sync.Mutex
 	sfiles     map[uint64]*sfile
-	done       chan struct{} // closed by Close: ends the flusher
-	sizes      sizes         // the cache's size over time
+	olmu       sync.Mutex
+	olocks     map[uint64]*openLock // opens in flight, by file (openOf)
+	done       chan struct{}        // closed by Close: ends the flusher
+	sizes      sizes                // the cache's size over time
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat

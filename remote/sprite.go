@@ -135,6 +135,45 @@ func (fs *FS) uncachesOf(path uint64) uint64 {
 	return sf.uncaches
 }
 
+// openLock serializes one client's opens of a file.
+type openLock struct {
+	mu sync.Mutex
+	n  int // holders and waiters
+}
+
+// openOf holds path's open lock until the returned function runs: from
+// before its Tlopen until opened has applied the answer. The server
+// answers opens in order, and the answers (the version, whether the file
+// is write-shared) must be applied in that order too: an older answer
+// applied after a newer one turned caching back on for a file the server
+// had just found write-shared, and the writes the client then delayed
+// were recalled by nobody.
+func (fs *FS) openOf(path uint64) func() {
+	if !fs.sprite.Load() {
+		return func() {}
+	}
+	fs.olmu.Lock()
+	if fs.olocks == nil {
+		fs.olocks = map[uint64]*openLock{}
+	}
+	l := fs.olocks[path]
+	if l == nil {
+		l = &openLock{}
+		fs.olocks[path] = l
+	}
+	l.n++
+	fs.olmu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		fs.olmu.Lock()
+		if l.n--; l.n == 0 {
+			delete(fs.olocks, path)
+		}
+		fs.olmu.Unlock()
+	}
+}
+
 // opened applies an open's answer: vers is the QID version of Rlopen or
 // Rlcreate. A version other than the one cached (the one before it, for
 // an open for writing, which bumped it) means another client changed
@@ -720,6 +759,7 @@ func (fs *FS) leaving() {
 // dirty data goes back to the server, and with uncache the file is
 // cached no more; then a Clean tells the server.
 func (fs *FS) recalled(path, seq uint64, uncache bool) {
+
 	ctx := context.Background()
 	why := wbRecall
 	if uncache {
