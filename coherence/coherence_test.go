@@ -56,3 +56,28 @@ func TestHoldersGetTheirLayersEvents(t *testing.T) {
 		t.Errorf("translations asked for: %d at x, %d at y; want one per event each, none for the view that made it", x.asked, y.asked)
 	}
 }
+
+// A change that found no handle of its file counts for a lookup that
+// began before it, and only for that file; once the record of misses
+// starts afresh, every lookup from before then counts as changed.
+func TestHeldMissed(t *testing.T) {
+	var h Held[int]
+	a, b := layer.Token{Ino: 1, Gen: 1}, layer.Token{Ino: 2, Gen: 1}
+	mark := h.Mark()
+	if h.Changed(a, mark) {
+		t.Fatal("nothing changed yet")
+	}
+	h.Missed(a)
+	if !h.Changed(a, mark) || h.Changed(b, mark) {
+		t.Fatalf("after a change of a: a %v, b %v", h.Changed(a, mark), h.Changed(b, mark))
+	}
+	if later := h.Mark(); h.Changed(a, later) {
+		t.Fatal("a lookup begun after the change counts it")
+	}
+	for i := range maxMissed + 1 {
+		h.Missed(layer.Token{Ino: uint64(100 + i), Gen: 1})
+	}
+	if !h.Changed(b, mark) {
+		t.Fatal("a lookup from before forgotten misses is not taken as changed")
+	}
+}

@@ -16,7 +16,14 @@ type Held[I comparable] struct {
 	byToken  map[layer.Token][]I
 	inflight map[layer.Token]int
 	reading  map[layer.Token][]chan struct{}
+	// missed: the changes that found no handle of their file (Missed),
+	// by token, numbered by misses; floor: numbers below it forgotten.
+	missed        map[layer.Token]uint64
+	misses, floor uint64
 }
+
+// maxMissed bounds Held.missed: past it the record starts afresh.
+const maxMissed = 4096
 
 // Add records i under tok. A token may have several handles for a moment
 // (hard links, racing lookups); stale tells which of them the frontend no
@@ -130,4 +137,35 @@ func (h *Held[I]) WaitReads(tok layer.Token) {
 	for _, r := range rs {
 		<-r
 	}
+}
+
+// Missed records a change of tok that found no handle of it: a request
+// of the frontend may be making one (a lookup in flight), which must not
+// keep what it found before the change (Changed).
+func (h *Held[I]) Missed(tok layer.Token) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.missed) >= maxMissed {
+		h.missed, h.floor = nil, h.misses+1
+	}
+	if h.missed == nil {
+		h.missed = map[layer.Token]uint64{}
+	}
+	h.misses++
+	h.missed[tok] = h.misses
+}
+
+// Mark is where the misses stand, for Changed.
+func (h *Held[I]) Mark() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.misses
+}
+
+// Changed tells whether a change of tok found no handle after mark (or
+// may have: one forgotten since).
+func (h *Held[I]) Changed(tok layer.Token, mark uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return mark < h.floor || h.missed[tok] > mark
 }

@@ -2,6 +2,8 @@ package fuseview
 
 import (
 	"context"
+	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -32,7 +34,11 @@ func (v *view) Invalidate(ev layer.Event) {
 	if !busy && ev.View == 0 {
 		v.cached.WaitReads(ev.Token)
 	}
-	for _, in := range v.cached.Of(ev.Token) {
+	ins := v.cached.Of(ev.Token)
+	if len(ins) == 0 {
+		v.cached.Missed(ev.Token) // a LOOKUP in flight may be finding it
+	}
+	for _, in := range ins {
 		if in.Forgotten() {
 			continue
 		}
@@ -53,15 +59,34 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 		if !v.sameOffsets {
 			off, n = 0, 0
 		}
-		in.NotifyContent(off, n)
+		in.notifyContent(off, n)
 	case layer.Attrs:
-		in.NotifyContent(-1, 0) // attributes only
+		in.notifyContent(-1, 0) // attributes only
 	case layer.Entries:
 		// The directory's size, times and links, and its listing.
 		in.listed.Store(false)
-		in.NotifyContent(0, 0)
+		in.notifyContent(0, 0)
 		v.invalidateName(in, ev.Name)
 	}
+}
+
+// notifyContent drops the kernel's attributes of in, and its pages in
+// [off, off+n) (none for a negative off). An inode made by a LOOKUP whose
+// reply the kernel has not read yet is unknown to it: told again until
+// it knows it, else it would keep what the LOOKUP found before the
+// change.
+func (in *inode) notifyContent(off, n int64) {
+	if e := in.NotifyContent(off, n); e == 0 || e == syscall.ENOSYS || time.Since(in.born) > time.Second {
+		return
+	}
+	go func() {
+		for d := time.Millisecond; d < 4*time.Second; d *= 2 {
+			time.Sleep(d)
+			if e := in.NotifyContent(off, n); e == 0 || in.Forgotten() {
+				return
+			}
+		}
+	}()
 }
 
 // invalidateAll drops every attribute, page and entry the kernel holds of

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -15,8 +16,9 @@ import (
 // inode adapts a layer.Node to go-fuse's node API.
 type inode struct {
 	fs.Inode
-	v *view
-	h *held
+	v    *view
+	h    *held
+	born time.Time // for notifyContent
 	// listed: the kernel may hold a listing of this directory (opened
 	// with FOPEN_CACHE_DIR), which changing must drop.
 	listed atomic.Bool
@@ -38,7 +40,7 @@ func (h *held) release() {
 }
 
 func (v *view) newInode(n layer.Node) *inode {
-	in := &inode{v: v, h: &held{n: n}}
+	in := &inode{v: v, h: &held{n: n}, born: time.Now()}
 	runtime.AddCleanup(in, (*held).release, in.h)
 	v.cached.Add(n.Token(), in, (*inode).Forgotten)
 	return in
@@ -101,11 +103,19 @@ func (i *inode) child(ctx context.Context, name string, c layer.Node, a *layer.A
 
 func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
+	mark := i.v.cached.Mark()
 	c, e := i.node().Lookup(i.v.caller(ctx), name, &a)
 	if e != 0 {
 		return nil, e
 	}
-	return i.child(ctx, name, c, &a, out), 0
+	tok := c.Token()
+	ch := i.child(ctx, name, c, &a, out)
+	if i.v.cached.Changed(tok, mark) {
+		// Changed while we looked, before the kernel knew the file to be
+		// told: what we found may be older; the kernel asks again.
+		out.SetAttrTimeout(time.Nanosecond)
+	}
+	return ch, 0
 }
 
 func (i *inode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
