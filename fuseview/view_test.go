@@ -159,8 +159,8 @@ func TestRewriteWhileReading(t *testing.T) {
 	}
 	mnt := t.TempDir()
 	// As shale mount makes it, but for passthrough, which serves data
-	// without us.
-	srv, err := Mount(mnt, st, root, Options{Timeout: time.Hour, AllowOther: true, Coherent: true, KeepCache: true, NoPollHack: true, Source: lower})
+	// without us, and with the poll hack: this process reads the mount.
+	srv, err := Mount(mnt, st, root, Options{Timeout: time.Hour, AllowOther: true, Coherent: true, KeepCache: true, Source: lower})
 	if err != nil {
 		t.Fatal(err)
 	}
