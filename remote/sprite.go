@@ -343,15 +343,23 @@ func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
 	if a, gen, ok := h.fs.cc.attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {
 		return int64(a.Size), 0
 	}
-	c, fid, _, e := h.use(ctx)
-	if e != 0 {
-		return 0, e
-	}
-	ra, err := c.getattr(fid)
-	if err != nil {
-		return 0, errno(err)
-	}
-	return int64(ra.Attr.Size), 0
+	var size int64
+	var e layer.Errno
+	h.fs.untilNotLost(ctx, func() bool {
+		var c *conn
+		var fid uint32
+		if c, fid, _, e = h.use(ctx); e != 0 {
+			return false
+		}
+		ra, err := c.getattr(fid)
+		if err != nil {
+			e = errno(err)
+			return errors.Is(err, errLost)
+		}
+		size = int64(ra.Attr.Size)
+		return false
+	})
+	return size, e
 }
 
 // readDirty reads what the file holds for this client: dirty data over
@@ -551,14 +559,20 @@ func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
 // and by EIO at the next fsync or close. A lost connection keeps it for
 // the next try.
 func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
-	// A connection lost under it is waited for, as any request waits
-	// (the reconnection reclaims the data first), within the timeout.
+	// (The reconnection reclaims the data first.)
+	var e layer.Errno
+	fs.untilNotLost(ctx, func() (lost bool) {
+		e, lost = fs.writeBackOnce(ctx, sf, why)
+		return lost
+	})
+	return e
+}
+
+// untilNotLost runs try again while it says its connection was lost
+// under it, within the timeout, as any request waits for a reconnection.
+func (fs *FS) untilNotLost(ctx context.Context, try func() (lost bool)) {
 	deadline := time.Now().Add(fs.timeout)
-	for {
-		e, lost := fs.writeBackOnce(ctx, sf, why)
-		if !lost || time.Now().After(deadline) || ctx.Err() != nil || fs.isClosed() {
-			return e
-		}
+	for try() && time.Now().Before(deadline) && ctx.Err() == nil && !fs.isClosed() {
 		time.Sleep(10 * time.Millisecond) // the loss is being reported (conn.fail)
 	}
 }
