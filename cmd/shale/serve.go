@@ -123,7 +123,7 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.IntVar(&f.journalRecords, "journal-records", 65536, "most records queued in one client's journal; past it the client is told to drop everything")
 	fl.DurationVar(&f.journalAge, "journal-age", time.Hour, "how long a journal outlives its client's connection; a client back later drops everything")
 	fl.IntVar(&f.journalInterest, "journal-interest", 1000000, "most files one client's journal follows; past it the client is told to drop everything")
-	fl.BoolVar(&f.sprite, "sprite", false, "follow Sprite's consistency rules (docs/network.md): caching clients delay their writes, and the server recalls them, or turns caching off while a file is write-shared (experimental, off by default: docs/network.md, Status); without it clients write through, kept coherent by the journal alone")
+	fl.BoolVar(&f.sprite, "sprite", true, "follow Sprite's consistency rules (docs/network.md): caching clients delay their writes, and the server recalls them, or turns caching off while a file is write-shared; with --sprite=false clients write through, kept coherent by the journal alone")
 	fl.DurationVar(&f.recallTimeout, "recall-timeout", 10*time.Second, "how long an open waits for a connected client to write back its delayed writes of the file; past it the open goes on without them")
 	fl.DurationVar(&f.lease, "lease", 20*time.Second, "how long a client that lost its connection keeps its claim to its delayed writes: opens of its files wait that long for it to come back")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after a server here ended uncleanly (a crash, kill -9): how long opens wait for clients to reclaim their delayed writes; 0 for not at all")
