@@ -14,14 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/stack"
 )
 
-// One process serves two mounts of one lower directory: what is written
-// through one is read through the other, and a lock taken through one
-// conflicts with a lock through the other, because both views share the
-// lower layer's lock table.
-func TestTwoMountsInOneProcess(t *testing.T) {
+// hostStack is a stack over a new lower directory, to mount as root (the
+// tests need it).
+func hostStack(t *testing.T) (string, *stack.Stack, layer.Node) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts FUSE file systems: run it as root")
 	}
@@ -31,6 +30,15 @@ func TestTwoMountsInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lower, st, root
+}
+
+// One process serves two mounts of one lower directory: what is written
+// through one is read through the other, and a lock taken through one
+// conflicts with a lock through the other, because both views share the
+// lower layer's lock table.
+func TestTwoMountsInOneProcess(t *testing.T) {
+	lower, st, root := hostStack(t)
 	var mnts [2]string
 	for i := range mnts {
 		mnts[i] = t.TempDir()
@@ -97,16 +105,8 @@ func TestTwoMountsInOneProcess(t *testing.T) {
 // process: a page fault on our own mount would stall this one's garbage
 // collector, which waits for the faulting thread while it waits for us.
 func TestPassthroughServesTheHostFile(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts FUSE file systems: run it as root")
-	}
 	for _, pt := range []bool{true, false} {
-		lower := t.TempDir()
-		st := stack.New(stack.Options{})
-		root, err := hostfs.New(st, lower)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lower, st, root := hostStack(t)
 		mnt := t.TempDir()
 		srv, err := Mount(mnt, st, root, Options{Timeout: time.Second, Passthrough: pt, Source: lower})
 		if err != nil {
@@ -148,15 +148,7 @@ func TestPassthroughServesTheHostFile(t *testing.T) {
 // during which it ignores the size a READ finds, and kept the old size
 // over a page padded with zeros (one read in six here).
 func TestRewriteWhileReading(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts FUSE file systems: run it as root")
-	}
-	lower := t.TempDir()
-	st := stack.New(stack.Options{})
-	root, err := hostfs.New(st, lower)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lower, st, root := hostStack(t)
 	mnt := t.TempDir()
 	// As shale mount makes it, but for passthrough, which serves data
 	// without us, and with the poll hack: this process reads the mount.

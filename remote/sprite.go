@@ -556,10 +556,9 @@ func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
 // (journal.WriteBack: the server counts no open of a program). A file
 // removed meanwhile loses the data, as it would locally; one the server
 // refuses (another client wrote it since) loses it too, said in the log
-// and by EIO at the next fsync or close. A lost connection keeps it for
-// the next try.
+// and by EIO at the next fsync or close. A lost connection keeps it and
+// is waited for; the reconnection reclaims the data first.
 func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
-	// (The reconnection reclaims the data first.)
 	var e layer.Errno
 	fs.untilNotLost(ctx, func() (lost bool) {
 		e, lost = fs.writeBackOnce(ctx, sf, why)
