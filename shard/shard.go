@@ -32,7 +32,7 @@ type fs struct {
 // New stacks a shard layer over lower, in st. lower stays the caller's:
 // Forget on the new root does not forget it.
 func New(ctx context.Context, st *stack.Stack, lower layer.Node) (layer.Node, error) {
-	f := &fs{dirs: map[layer.Token]*dirState{}, byBucket: map[layer.Token]bucketRef{}, log: slog.Default()}
+	f := &fs{dirs: map[layer.Token]*dirState{}, byBucket: map[layer.Token]bucketRef{}, log: st.Log()}
 	return f.node(lower, true), nil
 }
 

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -22,6 +23,8 @@ type Spec struct {
 	Exports []Export
 	// CoherenceOff: see Options.
 	CoherenceOff bool
+	// Logger: see Options.
+	Logger *slog.Logger
 }
 
 // Layer is one layer of a spec.
@@ -138,7 +141,7 @@ func (sp *Spec) Build(ctx context.Context) (*Stack, []layer.Node, error) {
 	if err := sp.Check(); err != nil {
 		return nil, nil, err
 	}
-	st := New(Options{CoherenceOff: sp.CoherenceOff})
+	st := New(Options{CoherenceOff: sp.CoherenceOff, Logger: sp.Logger})
 	bottom, err := OpenLower(st, sp.Lower)
 	if err != nil {
 		return nil, nil, err

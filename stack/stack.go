@@ -14,6 +14,7 @@
 package stack
 
 import (
+	"log/slog"
 	"sync"
 
 	"github.com/shalefs/shale/coherence"
@@ -27,6 +28,7 @@ type Stack struct {
 	locks   lock.Table
 	data    [256]sync.RWMutex // data lock stripes, by token
 	manager *coherence.Manager
+	log     *slog.Logger
 }
 
 // Options tune a stack.
@@ -35,14 +37,24 @@ type Options struct {
 	// serve each other's changes stale (for tests and benchmarks that show
 	// what coherence costs and buys).
 	CoherenceOff bool
+	// Logger is where the stack's backends and layers log (a mount's or
+	// server's --log); nil: nowhere.
+	Logger *slog.Logger
 }
 
 // New makes an empty stack.
 func New(o Options) *Stack {
-	s := &Stack{}
+	s := &Stack{log: o.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	s.manager = coherence.New(&s.events, o.CoherenceOff)
 	return s
 }
+
+// Log is the logger of the stack's parts: what they say reaches the user
+// through it.
+func (s *Stack) Log() *slog.Logger { return s.log }
 
 // Events are the stack's changes: the bottom raises an event for each
 // change it makes or notices, and the manager passes them on.

@@ -61,7 +61,7 @@ type Hooks struct {
 // New builds a layer of st over lower from hooks. lower stays the
 // caller's: Forget on the new root does not forget it.
 func New(ctx context.Context, st *stack.Stack, lower layer.Node, hooks Hooks) (layer.Node, error) {
-	f := &fs{log: slog.Default(), lowerRoot: lower, st: st,
+	f := &fs{log: st.Log(), lowerRoot: lower, st: st,
 		blocks: hooks.Blocks, header: hooks.Header, names: hooks.Names,
 		dirs: hooks.Dirs, links: hooks.Links, attrs: hooks.Attrs,
 		xattrs: hooks.Xattrs, fill: hooks.FillHoles,

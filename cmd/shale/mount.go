@@ -477,7 +477,11 @@ func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
 	case background:
 		w = io.Discard
 	}
-	return slog.New(slog.NewTextHandler(w, nil)), nil
+	l := slog.New(slog.NewTextHandler(w, nil))
+	// The stack's parts log through the stack (Spec.Logger); the few
+	// without one (p9net, objstore, compress) through the default.
+	slog.SetDefault(l)
+	return l, nil
 }
 
 // unmountAll ends every view. A busy one is detached: new accesses fail,

@@ -270,6 +270,7 @@ func (p *plan) receiveSecrets(r io.ReadCloser) error {
 // build makes the stack and starts watching its lower directory; opts are
 // what its FUSE views get.
 func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes []layer.Node, opts fuseview.Options, err error) {
+	p.spec.Logger = logger
 	st, nodes, err = p.spec.Build(context.Background())
 	if err != nil {
 		return nil, nil, opts, err
