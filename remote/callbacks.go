@@ -206,6 +206,13 @@ func (j *jreader) read(c *conn, fid uint32) {
 		b.U32(uint32(c.ioSize(0)))
 		fs.ctr.journalRequests.Add(1)
 		d, err := c.call(p9wire.Tread, b.B, 0)
+		if errors.Is(err, syscall.EINTR) && c.alive() {
+			// The server cut the read short: a server ending on SIGTERM
+			// answers its reads so, just before the connection goes.
+			// Not a refusal: read again, or see the loss.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			if !errors.Is(err, errLost) {
 				// The controller refuses us: no more callbacks, so no cache.

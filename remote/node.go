@@ -30,6 +30,12 @@ type node struct {
 
 	mu   sync.Mutex
 	fids map[uint32]*nodeFid // by uid
+
+	// Under pinMu: a node that delayed writes are written back through
+	// stays in the tree, whatever the kernel forgets, until they are.
+	pinMu     sync.Mutex
+	pins      int
+	forgotten bool // Forget came while pinned: it runs at the last unpin
 }
 
 var _ layer.Node = (*node)(nil)
@@ -157,8 +163,40 @@ func (n *node) hasFid(c *conn, uid uint32) bool {
 	return f != nil && f.c == c
 }
 
-// Forget clunks the node's fids and leaves the tree.
+// Forget clunks the node's fids and leaves the tree; a node pinned by
+// delayed writes does so once they are written back.
 func (n *node) Forget() {
+	n.pinMu.Lock()
+	if n.pins > 0 {
+		n.forgotten = true
+		n.pinMu.Unlock()
+		return
+	}
+	n.pinMu.Unlock()
+	n.forget()
+}
+
+// pin keeps the node in the tree until unpin.
+func (n *node) pin() {
+	n.pinMu.Lock()
+	n.pins++
+	n.pinMu.Unlock()
+}
+
+// unpin ends a pin; the node leaves the tree if the kernel forgot it
+// meanwhile, in the background: the caller holds its sfile's lock, and
+// forgetting takes the tree's and clunks fids.
+func (n *node) unpin() {
+	n.pinMu.Lock()
+	n.pins--
+	forget := n.pins == 0 && n.forgotten
+	n.pinMu.Unlock()
+	if forget {
+		go n.forget()
+	}
+}
+
+func (n *node) forget() {
 	n.fs.tree.Lock()
 	if p := n.parent; p != nil {
 		p.children[n.name] = remove(p.children[n.name], n)
@@ -285,14 +323,25 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 		c.clunk(fid)
 		return nil, syscall.ESTALE
 	}
+	wb := n.fs.wbGen(q.Path)
 	ra, err := c.getattr(fid)
 	if err != nil {
 		c.clunk(fid)
 		return nil, errno(err)
 	}
-	*out = ra.Attr
 	tok := token(&ra)
 	n.fs.cc.putLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
+	// The server's attributes, with what this client knows better: the
+	// size and times of its delayed writes (a hard link's reply names a
+	// file the kernel has, whose size it would take).
+	*out = ra.Attr
+	if !n.fs.overlayAttrSince(q.Path, out, wb) {
+		// A write-back crossed the getattr: its size may predate it.
+		if ra, err = c.getattr(fid); err == nil {
+			*out = ra.Attr
+		}
+		n.fs.overlayAttr(q.Path, out)
+	}
 	ch := n.fs.newNode(tok)
 	f := newNodeFid(c, ch, uid, fid)
 	ch.fids[uid] = f

@@ -298,7 +298,8 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 	}
 	added, replaced := sf.d.write(off, data)
 	sf.d.mtime = time.Now()
-	sf.n, sf.uid = h.n, h.uid
+	sf.setNode(h.n)
+	sf.uid = h.uid
 	sf.mu.Unlock()
 	fs.dirtyBytes.Add(added)
 	fs.ctr.discarded.Add(uint64(replaced))
@@ -500,10 +501,34 @@ func (fs *FS) truncateLocked(sf *sfile, size int64) {
 	fs.ctr.discarded.Add(uint64(dropped))
 	if len(sf.d.ext) == 0 {
 		// The server's file is what this client sees now.
-		sf.d = nil
-		sf.hasDirty.Store(false)
-		sf.gen++
+		sf.settled()
 	}
+}
+
+// settled ends sf's dirty state: written back, or never to be. The node
+// it wrote back through may go now (see node.Forget).
+func (sf *sfile) settled() {
+	sf.d = nil
+	sf.hasDirty.Store(false)
+	sf.gen++
+	sf.setNode(nil)
+}
+
+// setNode makes n the node sf's dirty data is written back through,
+// pinned in the tree until settled: the kernel forgets nodes when it
+// likes (a reconnection's invalidation of everything makes it), and a
+// write-back on a new connection walks by the node's path.
+func (sf *sfile) setNode(n *node) {
+	if sf.n == n {
+		return
+	}
+	if n != nil {
+		n.pin()
+	}
+	if old := sf.n; old != nil {
+		old.unpin()
+	}
+	sf.n = n
 }
 
 // unlinked discards the dirty data of a file whose last name this client
@@ -531,9 +556,7 @@ func (fs *FS) discardLocked(sf *sfile) {
 	n := sf.d.bytes()
 	fs.dirtyBytes.Add(-n)
 	fs.ctr.discarded.Add(uint64(n))
-	sf.d = nil
-	sf.hasDirty.Store(false)
-	sf.gen++
+	sf.settled()
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
 		wb.c.clunk(wb.fid)
@@ -615,9 +638,7 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 		fs.cc.dropData(sf.path, uint64(x.off), uint64(len(x.data)))
 	}
 	fs.cc.dropAttrs(sf.path)
-	sf.d = nil
-	sf.hasDirty.Store(false)
-	sf.gen++
+	sf.settled()
 	fs.ctr.writeBacks[why].Add(1)
 	if why != wbRecall && why != wbUncache {
 		fs.cleanLocked(sf) // a Recall's answer says as much
