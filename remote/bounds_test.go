@@ -88,6 +88,9 @@ func mountWith(t *testing.T, dial func(context.Context) (net.Conn, error), opts 
 	if opts.Timeout == 0 {
 		opts.Timeout = testTimeout
 	}
+	if opts.LostDir == "" {
+		opts.LostDir = t.TempDir()
+	}
 	root, err := newFS(bg, stack.New(stack.Options{}), dial, "pipe", "", opts)
 	if err != nil {
 		t.Fatal(err)

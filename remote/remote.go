@@ -53,6 +53,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,10 @@ type Options struct {
 	// DirtyMax bounds the delayed data: past it the files dirty longest
 	// are written back at once. 0 means 64 MiB.
 	DirtyMax int64
+	// LostDir keeps conflict copies of delayed writes that could not be
+	// written back (lost.go); "" means the state directory's lost/
+	// (/var/lib/shale/lost as root).
+	LostDir string
 
 	idleFids     int                                  // idle node fids kept per connection; 0 means defaultIdleFids (tests lower it)
 	cacheEntries int                                  // QIDs whose metadata is cached; 0 means defaultCacheEntries
@@ -151,6 +156,7 @@ type FS struct {
 	sprite     atomic.Bool // the server follows them
 	writeDelay time.Duration
 	dirtyMax   int64
+	lostDir    string // conflict copies (lost.go)
 	dirtyBytes atomic.Int64
 	smu        sync.Mutex
 	sfiles     map[uint64]*sfile
@@ -178,6 +184,9 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 		idleFids: opts.idleFids, procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{},
 		posix: map[posixLock]bool{}, ready: make(chan struct{}),
 		writeDelay: opts.WriteDelay, dirtyMax: opts.DirtyMax, sfiles: map[uint64]*sfile{}, done: make(chan struct{})}
+	if fs.lostDir = opts.LostDir; fs.lostDir == "" {
+		fs.lostDir = defaultLostDir()
+	}
 	if fs.writeDelay == 0 {
 		fs.writeDelay = defaultWriteDelay
 	}
@@ -548,7 +557,7 @@ func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.To
 // OptionsFromQuery reads a 9p:// URL's client options: keyfile=PATH,
 // timeout=DURATION, msize=BYTES, cachesize=BYTES (0 or off: no cache),
 // cachedir=DIR, writedelay=DURATION (0 or off: write through),
-// dirtymax=BYTES.
+// dirtymax=BYTES, lostdir=DIR (Options.LostDir).
 func OptionsFromQuery(q url.Values) (Options, error) {
 	var o Options
 	for k, v := range q {
@@ -596,6 +605,11 @@ func OptionsFromQuery(q url.Values) (Options, error) {
 				return o, fmt.Errorf("writedelay=%s: want a duration such as 30s, or 0 to write through", val)
 			}
 			o.WriteDelay = d
+		case "lostdir":
+			if !filepath.IsAbs(val) {
+				return o, fmt.Errorf("lostdir=%s: want an absolute directory", val)
+			}
+			o.LostDir = val
 		case "dirtymax":
 			n, err := humanize.ParseBytes(val)
 			if err != nil || n < 1<<20 || n > 1<<40 {
@@ -603,7 +617,7 @@ func OptionsFromQuery(q url.Values) (Options, error) {
 			}
 			o.DirtyMax = int64(n)
 		default:
-			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout, msize, cachesize, cachedir, writedelay and dirtymax", k)
+			return o, fmt.Errorf("unknown option %s: a 9p:// lower takes keyfile, timeout, msize, cachesize, cachedir, writedelay, dirtymax and lostdir", k)
 		}
 	}
 	return o, nil
@@ -623,7 +637,7 @@ func init() {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", lower, err)
 		}
-		opts.Logger = slog.Default()
+		opts.Logger = st.Log()
 		return New(context.Background(), st, r, opts)
 	}})
 }

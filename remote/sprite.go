@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -550,12 +549,18 @@ func (fs *FS) unlinked(path uint64) {
 }
 
 func (fs *FS) discardLocked(sf *sfile) {
+	if sf.d != nil {
+		fs.ctr.discarded.Add(uint64(sf.d.bytes()))
+		fs.dropDirtyLocked(sf)
+	}
+}
+
+// dropDirtyLocked forgets sf's dirty data, counted by the caller.
+func (fs *FS) dropDirtyLocked(sf *sfile) {
 	if sf.d == nil {
 		return
 	}
-	n := sf.d.bytes()
-	fs.dirtyBytes.Add(-n)
-	fs.ctr.discarded.Add(uint64(n))
+	fs.dirtyBytes.Add(-sf.d.bytes())
 	sf.settled()
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
@@ -576,11 +581,12 @@ func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
 
 // writeBackLocked writes sf's dirty data to the server, through a
 // handle of the file open for writing, or a fid opened for the purpose
-// (journal.WriteBack: the server counts no open of a program). A file
-// removed meanwhile loses the data, as it would locally; one the server
-// refuses (another client wrote it since) loses it too, said in the log
-// and by EIO at the next fsync or close. A lost connection keeps it and
-// is waited for; the reconnection reclaims the data first.
+// (journal.WriteBack: the server counts no open of a program). Data this
+// client unlinked or replaced the file of goes, as it would locally; data
+// that cannot be written back otherwise (another client wrote, removed
+// or renamed the file, the server refused) is kept in a conflict copy
+// (lost.go). A lost connection keeps it and is waited for; the
+// reconnection reclaims the data first.
 func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
 	var e layer.Errno
 	fs.untilNotLost(ctx, func() (lost bool) {
@@ -612,8 +618,13 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 	case refused:
 		return fs.lostLocked(sf, "another client wrote the file while this one could not reach the server"), false
 	case e == syscall.ESTALE || e == syscall.ENOENT:
-		fs.discardLocked(sf) // removed on the server
-		return 0, false
+		if _, pe := sf.n.path(); pe != 0 {
+			// This client removed its last name, or renamed another
+			// file over it: as a local file's, its data goes.
+			fs.discardLocked(sf)
+			return 0, false
+		}
+		return fs.lostLocked(sf, "another client removed or renamed the file"), false
 	case e != 0:
 		return e, e == syscall.EIO // EIO: the connection went, or none came
 	}
@@ -683,30 +694,10 @@ func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit
 			return c, fid, iounit, noop, false, 0
 		}
 	}
-	if sf.n == nil {
-		return nil, 0, 0, noop, false, syscall.ESTALE
-	}
 	if fid, iounit, refused, e = sf.n.writeBackOpen(c, sf.uid); e != 0 {
 		return nil, 0, 0, noop, refused, e
 	}
 	return c, fid, iounit, func() { c.clunk(fid) }, false, 0
-}
-
-// lostLocked drops sf's dirty data that cannot be written back, says so
-// in one log line naming the file, and keeps EIO for its next fsync or
-// close.
-func (fs *FS) lostLocked(sf *sfile, why string) layer.Errno {
-	name := "(removed)"
-	if sf.n != nil {
-		if names, e := sf.n.path(); e == 0 {
-			name = "/" + strings.Join(names, "/")
-		}
-	}
-	fs.log.Error("delayed writes lost: "+why, "file", name, "server", fs.where, "bytes", sf.d.bytes())
-	fs.ctr.lost.Add(uint64(sf.d.bytes()))
-	fs.discardLocked(sf)
-	sf.err.Store(uint32(syscall.EIO))
-	return syscall.EIO
 }
 
 // writeBackOldest writes back the files dirty longest until at most

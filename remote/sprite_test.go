@@ -369,8 +369,18 @@ func TestRefusedWriteBack(t *testing.T) {
 	if got := x.onServer(t, "f"); got != "b's" {
 		t.Fatalf("the server has %q", got)
 	}
-	if n := strings.Count(logb.String(), "delayed writes lost"); n != 1 {
+	if n := strings.Count(logb.String(), "kept in a conflict copy"); n != 1 {
 		t.Fatalf("%d log lines about the loss:\n%s", n, logb.String())
+	}
+	copies, _ := filepath.Glob(filepath.Join(a.fs.lostDir, "pipe", "f.*"))
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies: %v, want one", copies)
+	}
+	if b, err := os.ReadFile(copies[0]); err != nil || string(b) != "a's" {
+		t.Fatalf("the conflict copy holds %q (%v), want a's bytes", b, err)
+	}
+	if got := a.fs.ctr.lost.Load(); got != 3 || a.fs.ctr.discarded.Load() != 0 {
+		t.Fatalf("lost %d, discarded %d bytes; want 3 lost, none discarded", got, a.fs.ctr.discarded.Load())
 	}
 }
 

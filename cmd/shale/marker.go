@@ -17,29 +17,16 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-)
 
-// stateDir holds the serving markers: /var/lib/shale as root, else
-// $XDG_STATE_HOME/shale or ~/.local/state/shale.
-func stateDir() string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/shale"
-	}
-	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "shale")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "state", "shale")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("shale-state-%d", os.Geteuid()))
-}
+	"github.com/shalefs/shale/internal/statedir"
+)
 
 // markerPath is the marker of a server listening on listen (as
 // p9net.Addr.String gives it) serving what (an absolute LOWER, a 9p://
 // URL or an absolute stack file).
 func markerPath(listen, what string) string {
 	h := sha256.Sum256([]byte(listen + "\x00" + what))
-	return filepath.Join(stateDir(), "serving-"+hex.EncodeToString(h[:8]))
+	return filepath.Join(statedir.Dir(), "serving-"+hex.EncodeToString(h[:8]))
 }
 
 // marker is a serving marker made by openMarker.

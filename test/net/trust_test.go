@@ -131,3 +131,67 @@ func TestHardLinkShowsDelayedData(t *testing.T) {
 		t.Errorf("LOWER has no clone/.git: %v", err)
 	}
 }
+
+// TestConflictKeepsCopy: a client cut off from the server (its link
+// killed) holds delayed writes of a file; the server restarts and, past
+// its grace, another client writes the file. When the first comes back,
+// its reclaim is refused (writing back would undo the other's write):
+// its bytes are kept in a conflict copy under lostdir, one log line
+// names the file and the copy, its fsync fails with EIO, and stats count
+// them as lost, not discarded. LOWER keeps the second client's file.
+func TestConflictKeepsCopy(t *testing.T) {
+	const grace = time.Second
+	lower, s, addr, url := spriteServer(t, "--grace", grace.String())
+	relay := freePort(t)
+	p := delayProxy(t, relay, addr)
+	t.Cleanup(func() { stopProxy(p) })
+	lost, logf := tempDir(t), filepath.Join(tempDir(t), "a.log")
+	a := mount(t, "9p://"+relay+"/?lostdir="+lost, "--write-delay", "1h", "--log", logf)
+	mine := []byte("written on A, delayed, never written back\n")
+	writeFile(t, filepath.Join(a, "f"), mine, 0o644)
+
+	stopProxy(p) // A is cut off
+	kill9(s)
+	serve(t, addr, append(spriteArgs(), "--grace", grace.String(), lower)...)
+	b := mount(t, url)
+	theirs := []byte("written on B while A was away\n")
+	syncFile(t, filepath.Join(b, "f"), theirs)
+
+	p = delayProxy(t, relay, addr) // A comes back, and reclaims
+	out, err := exec.Command("sync", filepath.Join(a, "f")).CombinedOutput()
+	if err == nil {
+		t.Errorf("sync of A's f after a refused reclaim succeeded; want EIO")
+	} else if !strings.Contains(string(out), "Input/output error") {
+		t.Errorf("sync of A's f: %v %s; want EIO", err, out)
+	}
+	if msg := lowerHas(filepath.Join(lower, "f"), theirs)(); msg != "" {
+		t.Errorf("LOWER: %s (B's write must stay)", msg)
+	}
+	var copies []string
+	filepath.Walk(lost, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			copies = append(copies, p)
+		}
+		return nil
+	})
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies under %s: %v; want one", lost, copies)
+	}
+	if got := mustRead(t, copies[0]); !bytes.Equal(got, mine) {
+		t.Errorf("the conflict copy %s holds %q, want %q", copies[0], got, mine)
+	}
+	if !strings.HasSuffix(filepath.Dir(copies[0]), "_"+strings.ReplaceAll(relay, ":", "_")) || !strings.HasPrefix(filepath.Base(copies[0]), "f.") {
+		t.Errorf("the conflict copy is %s: want it named after the server and the file", copies[0])
+	}
+	log := string(mustRead(t, logf))
+	if !strings.Contains(log, "conflict copy") || !strings.Contains(log, copies[0]) || !strings.Contains(log, "file=/f") {
+		t.Errorf("A's log does not name the file and its copy:\n%s", log)
+	}
+	st := spriteStats(t, a)
+	if num(st, "lost_bytes") != float64(len(mine)) || num(st, "discarded_bytes") != 0 {
+		t.Errorf("A's stats: lost %v, discarded %v; want %d lost, 0 discarded", st["lost_bytes"], st["discarded_bytes"], len(mine))
+	}
+	if got := mustRead(t, filepath.Join(a, "f")); !bytes.Equal(got, theirs) {
+		t.Errorf("A reads f as %q, want the server's %q", got, theirs)
+	}
+}
