@@ -2,7 +2,9 @@
 // optionally a bandwidth limit, to every connection through it: a stand-in
 // for a network link on a machine whose kernel has no netem. It also counts
 // the 9P requests clients send through it, so a benchmark can tell how many
-// round trips a step cost.
+// round trips a step cost. It can also fail the link on command (Reset,
+// Partition, Stall: faults.go), for tests of what a client does when its
+// network does.
 package netdelay
 
 import (
@@ -40,6 +42,11 @@ type Proxy struct {
 	closed bool
 	conns  map[*relay]struct{}
 	wg     sync.WaitGroup
+
+	// The link's fault (faults.go). fmu is taken before mu.
+	fmu     sync.RWMutex
+	mode    mode
+	changed chan struct{} // closed and replaced when mode changes
 }
 
 // Listen starts a relay on listen (host:port) to target (host:port) that
@@ -53,7 +60,7 @@ func Listen(listen, target string, rtt time.Duration, rate int64) (*Proxy, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, delay: rtt / 2, rate: rate, conns: map[*relay]struct{}{}}
+	p := &Proxy{ln: ln, target: target, delay: rtt / 2, rate: rate, conns: map[*relay]struct{}{}, changed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -71,17 +78,24 @@ func (p *Proxy) Requests() uint64 { return p.requests.Load() }
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.mu.Lock()
-	p.closed = true
-	rs := make([]*relay, 0, len(p.conns))
-	for r := range p.conns {
-		rs = append(rs, r)
-	}
+	p.closed = true // no relay is added after this
 	p.mu.Unlock()
-	for _, r := range rs {
+	for _, r := range p.relays() {
 		r.stop()
 	}
 	p.wg.Wait()
 	return err
+}
+
+// relays is a snapshot of the connections being relayed.
+func (p *Proxy) relays() []*relay {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs := make([]*relay, 0, len(p.conns))
+	for r := range p.conns {
+		rs = append(rs, r)
+	}
+	return rs
 }
 
 func (p *Proxy) accept() {
@@ -121,6 +135,10 @@ type relay struct {
 	ctx      context.Context // the dial's, cancelled by stop
 	cancel   context.CancelFunc
 	stopOnce sync.Once
+
+	lost    atomic.Bool // a partition dropped some of its bytes
+	aborted atomic.Bool // ended by reset: closed with RSTs
+	hanging bool        // in hang, woken by a deadline; under p.fmu
 }
 
 // stop ends the relay: both connections closed, every goroutine told.
@@ -145,6 +163,10 @@ func (r *relay) run() {
 		delete(r.p.conns, r)
 		r.p.mu.Unlock()
 	}()
+	fc := &frameCounter{n: &r.p.requests}
+	if !r.hang(fc) {
+		return
+	}
 	d := net.Dialer{Timeout: 10 * time.Second}
 	s, err := d.DialContext(r.ctx, "tcp", r.p.target)
 	if err != nil {
@@ -153,21 +175,31 @@ func (r *relay) run() {
 	r.mu.Lock()
 	r.server = s
 	r.mu.Unlock()
-	select {
-	case <-r.done: // stopped while dialing: stop saw no server to close
+	if r.stopped() { // while dialing: stop saw no server to close
+		if r.aborted.Load() {
+			linger0(s)
+		}
 		s.Close()
 		return
-	default:
 	}
 	var wg sync.WaitGroup
 	wg.Add(4)
 	up := make(chan chunk, queueLen)
 	down := make(chan chunk, queueLen)
-	go func() { defer wg.Done(); r.read(r.client, up, &frameCounter{n: &r.p.requests}) }()
+	go func() { defer wg.Done(); r.read(r.client, up, fc) }()
 	go func() { defer wg.Done(); r.write(s, up) }()
 	go func() { defer wg.Done(); r.read(s, down, nil) }()
 	go func() { defer wg.Done(); r.write(r.client, down) }()
 	wg.Wait()
+}
+
+func (r *relay) stopped() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // chunk is bytes read from one side, due at the other at due.
@@ -186,10 +218,10 @@ func (r *relay) read(src net.Conn, q chan<- chunk, fc *frameCounter) {
 	for {
 		b := bufPool.Get().(*[]byte)
 		n, err := src.Read((*b)[:tb.max(chunkSize)])
-		if n > 0 {
-			if fc != nil {
-				fc.feed((*b)[:n])
-			}
+		if n > 0 && fc != nil {
+			fc.feed((*b)[:n])
+		}
+		if n > 0 && !r.drop() {
 			// The rate limit puts bytes on the link no faster than
 			// rate; each then takes the delay to cross it.
 			if !tb.take(n, r.done) {
@@ -206,7 +238,9 @@ func (r *relay) read(src net.Conn, q chan<- chunk, fc *frameCounter) {
 			bufPool.Put(b)
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			// Across a partition the other end must not learn of
+			// the error; Heal resets the connection instead.
+			if !errors.Is(err, io.EOF) && !r.drop() {
 				r.stop()
 			}
 			return
@@ -214,8 +248,9 @@ func (r *relay) read(src net.Conn, q chan<- chunk, fc *frameCounter) {
 	}
 }
 
-// write delivers the chunks on q to dst when each is due; when q ends
-// (src's EOF) it half-closes dst, so the EOF crosses the link too.
+// write delivers the chunks on q to dst when each is due and the link
+// lets it through; when q ends (src's EOF) it half-closes dst, so the EOF
+// crosses the link too.
 func (r *relay) write(dst net.Conn, q <-chan chunk) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -230,6 +265,13 @@ func (r *relay) write(dst net.Conn, q <-chan chunk) {
 				return
 			}
 		}
+		if !r.pass() {
+			bufPool.Put(c.buf)
+			if r.stopped() {
+				return
+			}
+			continue
+		}
 		_, err := dst.Write((*c.buf)[:c.n])
 		bufPool.Put(c.buf)
 		if err != nil {
@@ -237,7 +279,7 @@ func (r *relay) write(dst net.Conn, q <-chan chunk) {
 			return
 		}
 	}
-	if tc, ok := dst.(*net.TCPConn); ok {
+	if tc, ok := dst.(*net.TCPConn); ok && r.pass() {
 		tc.CloseWrite()
 	}
 }
