@@ -151,7 +151,7 @@ func (j *jreader) ready(c *conn) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.cur == c && c.alive() {
-		j.fs.cc.on.Store(true)
+		j.fs.cc.On.Store(true)
 	}
 }
 
@@ -162,7 +162,7 @@ func (j *jreader) lost(c *conn) {
 	defer j.mu.Unlock()
 	if j.cur == c {
 		j.cur = nil
-		j.fs.cc.on.Store(false)
+		j.fs.cc.On.Store(false)
 	}
 }
 
@@ -171,7 +171,7 @@ func (j *jreader) lost(c *conn) {
 // request asks the server, as a client without a cache does.
 func (j *jreader) fallback(why string) {
 	fs := j.fs
-	fs.cc.on.Store(false)
+	fs.cc.On.Store(false)
 	if fs.controller.Swap(false) {
 		j.dropAll()
 		fs.log.Warn("9p server's journal controller is gone: caching off; a FUSE mount keeps what its kernel holds until remounted", "server", fs.where, "why", why)
@@ -188,7 +188,7 @@ func (j *jreader) fallback(why string) {
 
 // dropAll drops everything cached and tells the views.
 func (j *jreader) dropAll() {
-	j.fs.cc.dropAll()
+	j.fs.cc.DropAll()
 	j.fs.ctr.resets.Add(1)
 	j.fs.notice(layer.Event{Kind: layer.Everything})
 }
@@ -264,7 +264,7 @@ func (j *jreader) apply(r *journal.Record) {
 	}
 	var evs []layer.Event
 	if j.epoch != 0 && r.Epoch != j.epoch {
-		cc.dropAll()
+		cc.DropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
 	}
@@ -276,7 +276,7 @@ func (j *jreader) apply(r *journal.Record) {
 		// Writing back takes requests: not on the journal's reader.
 		go fs.recalled(path, r.Seq, r.Kind == journal.Uncache)
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
-		cc.dropAll()
+		cc.DropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
 		if r.Kind == journal.Reset && fs.sprite.Load() {
@@ -288,7 +288,7 @@ func (j *jreader) apply(r *journal.Record) {
 			}(r.Seq)
 		}
 	case !r.Known():
-		cc.drop(path)
+		cc.Drop(path)
 		if r.Qid.Type&p9wire.QTDir != 0 {
 			evs = append(evs, layer.Event{Kind: layer.Everything})
 		} else {
@@ -298,19 +298,19 @@ func (j *jreader) apply(r *journal.Record) {
 		for _, f := range r.Fields {
 			switch f.Type {
 			default: // journal.Whole, or another that says as much
-				cc.drop(path)
+				cc.Drop(path)
 				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok})
 				if r.Qid.Type&p9wire.QTDir != 0 {
 					evs = append(evs, layer.Event{Kind: layer.Everything})
 				}
 			case journal.Attrs:
-				cc.dropAttrs(path)
+				cc.DropAttrs(path)
 				evs = append(evs, layer.Event{Kind: layer.Attrs, Token: tok})
 			case journal.Data:
-				cc.dropData(path, f.Off, f.Len)
+				cc.DropData(path, f.Off, f.Len)
 				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok, Off: int64(f.Off), Len: int64(f.Len)})
 			case journal.Entry:
-				cc.dropEntry(path, f.Name)
+				cc.DropEntry(path, f.Name)
 				evs = append(evs, layer.Event{Kind: layer.Entries, Token: tok, Name: f.Name})
 			}
 		}
@@ -340,7 +340,7 @@ func (j *jreader) flushDropped(c *conn, fid uint32) {
 			return
 		case <-t.C:
 		}
-		paths := fs.cc.takeDropped()
+		paths := fs.cc.TakeDropped()
 		if len(paths) == 0 {
 			continue
 		}
@@ -358,7 +358,7 @@ func (j *jreader) flushDropped(c *conn, fid uint32) {
 		// A fetch that overlapped the report may have had the QID
 		// registered before the report unregistered it: whatever it put
 		// or handed out goes.
-		for _, p := range fs.cc.afterDropped(paths) {
+		for _, p := range fs.cc.AfterDropped(paths) {
 			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: p, Gen: fs.genOf(p)}})
 		}
 	}

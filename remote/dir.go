@@ -41,7 +41,7 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		}
 		if d.touch {
 			d.touch = false
-			d.h.fs.cc.dropTimes(d.h.n.tok.Ino)
+			d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
 		}
 		n := r.U32()
 		data := r.Take(int(n))
@@ -66,7 +66,7 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			d.all = append(d.all, d.buf...)
 			if d.eof {
 				d.keep = false
-				d.h.fs.cc.putListing(d.since, d.h.n.tok.Ino, d.h.uid, d.all)
+				d.h.fs.cc.PutListing(d.since, d.h.n.tok.Ino, d.h.uid, d.all)
 				d.all = nil
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/cache"
 )
 
 // handle is an open remote file (or directory, for dir): a fid of its
@@ -95,17 +96,17 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
 	fs := h.fs
 	path := h.n.tok.Ino
-	touch := fs.cc.touches(path)
+	touch := fs.cc.Touches(path)
 	uncached := fs.uncached(path)
 	if !touch && !uncached {
-		if k, ok := fs.cc.read(path, h.n.tok.Gen, dest, off); ok {
+		if k, ok := fs.cc.Read(path, h.n.tok.Gen, dest, off); ok {
 			fs.hit(kindData)
 			fs.ctr.bytesFromCache.Add(uint64(k))
 			return k, 0
 		}
 	}
 	fs.miss(kindData)
-	since := fs.cc.snap()
+	since := fs.cc.Snap()
 	c, fid, iounit, e := h.use(ctx)
 	if e != 0 {
 		// A handle opened from the cache (no Tlopen held the file on the
@@ -114,7 +115,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		// cache holds of it is served, the atime the read would have
 		// moved left alone (the file has no name left to stat it by).
 		if touch && (e == syscall.ESTALE || e == syscall.ENOENT) {
-			if k, ok := fs.cc.read(path, h.n.tok.Gen, dest, off); ok {
+			if k, ok := fs.cc.Read(path, h.n.tok.Gen, dest, off); ok {
 				fs.ctr.bytesFromCache.Add(uint64(k))
 				return k, 0
 			}
@@ -122,9 +123,9 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		return 0, e
 	}
 	if touch {
-		defer fs.cc.dropTimes(path) // the server's read moved atime
+		defer fs.cc.DropTimes(path) // the server's read moved atime
 	}
-	if !fs.cc.on.Load() || uncached {
+	if !fs.cc.On.Load() || uncached {
 		k, err := c.readAt(fid, iounit, dest, off)
 		fs.ctr.bytesFromServer.Add(uint64(k))
 		if err != nil && k == 0 {
@@ -132,8 +133,8 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		}
 		return k, 0
 	}
-	start := off / blockSize * blockSize
-	end := (off + int64(len(dest)) + blockSize - 1) / blockSize * blockSize
+	start := off / cache.BlockSize * cache.BlockSize
+	end := (off + int64(len(dest)) + cache.BlockSize - 1) / cache.BlockSize * cache.BlockSize
 	buf := make([]byte, end-start)
 	k, err := c.readAt(fid, iounit, buf, start)
 	if err != nil && k == 0 {
@@ -141,7 +142,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 	}
 	fs.ctr.bytesFromServer.Add(uint64(k))
 	if err == nil {
-		fs.cc.putData(since, path, h.n.tok.Gen, start, buf[:k], k < len(buf))
+		fs.cc.PutData(since, path, h.n.tok.Gen, start, buf[:k], k < len(buf))
 	}
 	if int64(k) <= off-start {
 		return 0, 0
@@ -172,9 +173,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 		// What the write changed, wherever it got: an append's offset is
 		// the server's, so all of the file then.
 		if h.flags&unix.O_APPEND != 0 || err != nil {
-			h.fs.cc.dropData(h.n.tok.Ino, 0, 0)
+			h.fs.cc.DropData(h.n.tok.Ino, 0, 0)
 		} else {
-			h.fs.cc.dropData(h.n.tok.Ino, uint64(off), uint64(k))
+			h.fs.cc.DropData(h.n.tok.Ino, uint64(off), uint64(k))
 		}
 	}
 	if k > 0 {

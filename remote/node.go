@@ -315,7 +315,7 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 	fid, q, err := c.walk(dfid, []string{name})
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) && want == nil {
-			n.fs.cc.putLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
+			n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
 		}
 		return nil, errno(err)
 	}
@@ -330,7 +330,7 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 		return nil, errno(err)
 	}
 	tok := token(&ra)
-	n.fs.cc.putLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
+	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
 	// The server's attributes, with what this client knows better: the
 	// size and times of its delayed writes (a hard link's reply names a
 	// file the kernel has, whose size it would take).
@@ -354,8 +354,8 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 	cc := n.fs.cc
 	for try := 0; ; try++ {
 		wb := n.fs.wbGen(n.tok.Ino)
-		since := cc.snap()
-		if a, gen, ok := cc.attr(n.tok.Ino); ok && gen == n.tok.Gen {
+		since := cc.Snap()
+		if a, gen, ok := cc.Attr(n.tok.Ino); ok && gen == n.tok.Gen {
 			n.fs.hit(kindStat)
 			*out = a
 		} else if e := n.getattr(ctx, h, out, since); e != 0 {
@@ -364,7 +364,7 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 		// An answer that crossed a change (a record, a write-back of
 		// ours) is asked again: a kernel keeps what it is given for
 		// long, and the change's invalidation went before it.
-		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.changed(n.tok.Ino, since)) {
+		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.Changed(n.tok.Ino, since)) {
 			return 0
 		}
 	}
@@ -385,7 +385,7 @@ func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, sin
 		return errno(err)
 	}
 	if tok := token(&ra); tok == n.tok {
-		cc.putAttr(since, tok.Ino, tok.Gen, &ra.Attr)
+		cc.PutAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
 	return 0
@@ -479,19 +479,19 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		kind := layer.Attrs
 		if in.Valid&layer.SetSize != 0 {
 			kind = layer.Data
-			n.fs.cc.dropData(n.tok.Ino, 0, 0)
+			n.fs.cc.DropData(n.tok.Ino, 0, 0)
 		} else {
-			n.fs.cc.dropAttrs(n.tok.Ino)
+			n.fs.cc.DropAttrs(n.tok.Ino)
 		}
 		n.fs.raise(ctx, kind, n.tok, "")
 	}
-	since := n.fs.cc.snap()
+	since := n.fs.cc.Snap()
 	ra, err := c.getattr(fid)
 	if err != nil {
 		return errno(err)
 	}
 	if tok := token(&ra); tok == n.tok {
-		n.fs.cc.putAttr(since, tok.Ino, tok.Gen, &ra.Attr)
+		n.fs.cc.PutAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
 	return 0
@@ -503,7 +503,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	}
 	id := identOf(ctx)
 	cc := n.fs.cc
-	if path, gen, a, found, ok := cc.lookup(n.tok.Ino, name, id.uid); ok {
+	if path, gen, a, found, ok := cc.Lookup(n.tok.Ino, name, id.uid); ok {
 		n.fs.hit(kindStat)
 		if !found {
 			return nil, syscall.ENOENT
@@ -517,7 +517,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 		return ch, 0
 	}
 	n.fs.miss(kindStat)
-	since := cc.snap()
+	since := cc.Snap()
 	c, dfid, id, done, e := n.useDir(ctx, name)
 	defer done()
 	if e != 0 {
@@ -527,7 +527,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	if cc.changed(ch.tok.Ino, since) {
+	if cc.Changed(ch.tok.Ino, since) {
 		// The answer crossed a change: ask again (see Getattr).
 		var a layer.Attr
 		if ch.Getattr(ctx, nil, &a) == 0 {
@@ -577,9 +577,9 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 	if err := mk(c, dfid, id); err != nil {
 		return nil, errno(err)
 	}
-	n.fs.cc.dropEntry(n.tok.Ino, name)
+	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
-	ch, e := n.child(c, dfid, id.uid, name, nil, out, n.fs.cc.snap())
+	ch, e := n.child(c, dfid, id.uid, name, nil, out, n.fs.cc.Snap())
 	if e != 0 {
 		return nil, e
 	}
@@ -643,7 +643,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return err
 	})
 	if e == 0 {
-		n.fs.cc.dropAttrs(t.tok.Ino)
+		n.fs.cc.DropAttrs(t.tok.Ino)
 		n.fs.raise(ctx, layer.Attrs, t.tok, "") // its link count
 	}
 	return ch, e
@@ -674,12 +674,12 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	q := d.Qid()
 	iounit := d.U32()
-	n.fs.cc.dropEntry(n.tok.Ino, name)
-	n.fs.cc.dropData(q.Path, 0, 0) // O_TRUNC, or an old file's QID reused
+	n.fs.cc.DropEntry(n.tok.Ino, name)
+	n.fs.cc.DropData(q.Path, 0, 0) // O_TRUNC, or an old file's QID reused
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	// The node must be the file the handle has open: not what the name
 	// is by the time it is walked, if another client replaced it.
-	ch, e := n.child(c, dfid, id.uid, name, &q, out, n.fs.cc.snap())
+	ch, e := n.child(c, dfid, id.uid, name, &q, out, n.fs.cc.Snap())
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.
@@ -725,9 +725,9 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	for _, p := range known {
 		n.fs.unlinked(p) // before its attributes go: the link count tells
 	}
-	n.fs.cc.dropEntry(n.tok.Ino, name)
+	n.fs.cc.DropEntry(n.tok.Ino, name)
 	for _, p := range known {
-		n.fs.cc.dropAttrs(p) // links and ctime
+		n.fs.cc.DropAttrs(p) // links and ctime
 	}
 	n.detach(name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
@@ -740,7 +740,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 // tell us of our own changes).
 func (n *node) known(name string) []uint64 {
 	var ps []uint64
-	if p, ok := n.fs.cc.childOf(n.tok.Ino, name); ok {
+	if p, ok := n.fs.cc.ChildOf(n.tok.Ino, name); ok {
 		ps = append(ps, p)
 	}
 	n.fs.tree.Lock()
@@ -810,10 +810,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
 		return errno(err)
 	}
-	n.fs.cc.dropEntry(n.tok.Ino, name)
-	n.fs.cc.dropEntry(d.tok.Ino, newName)
+	n.fs.cc.DropEntry(n.tok.Ino, name)
+	n.fs.cc.DropEntry(d.tok.Ino, newName)
 	for _, p := range known {
-		n.fs.cc.dropAttrs(p) // the moved file's ctime, the replaced one's links
+		n.fs.cc.DropAttrs(p) // the moved file's ctime, the replaced one's links
 	}
 	if n != d || name != newName {
 		n.fs.tree.Lock()
@@ -857,12 +857,12 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
-	if t, ok := n.fs.cc.readlink(n.tok.Ino); ok {
+	if t, ok := n.fs.cc.Readlink(n.tok.Ino); ok {
 		n.fs.hit(kindLink)
 		return t, 0
 	}
 	n.fs.miss(kindLink)
-	since := n.fs.cc.snap()
+	since := n.fs.cc.Snap()
 	c, fid, _, done, e := n.use(ctx)
 	defer done()
 	if e != 0 {
@@ -878,7 +878,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	if d.Err != nil {
 		return nil, syscall.EIO
 	}
-	n.fs.cc.putLink(since, n.tok.Ino, []byte(target))
+	n.fs.cc.PutLink(since, n.tok.Ino, []byte(target))
 	return []byte(target), 0
 }
 
@@ -922,13 +922,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	id := identOf(ctx)
 	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
-	if !n.fs.sprite.Load() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.mayRead(n.tok.Ino, n.tok.Gen, id.uid) {
+	if !n.fs.sprite.Load() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
 		// Opened on the server when a read misses, if one does (Sprite's
 		// rules want the server to see every open).
 		return h, 0
 	}
 	defer n.fs.openOf(n.tok.Ino)()
-	since := cc.snap()
+	since := cc.Snap()
 	uncaches := n.fs.uncachesOf(n.tok.Ino)
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
@@ -941,10 +941,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	h.c, h.fid, h.iounit = c, fid, iounit
 	n.fs.opened(n, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
 	if flags&unix.O_TRUNC != 0 {
-		cc.dropData(n.tok.Ino, 0, 0)
+		cc.DropData(n.tok.Ino, 0, 0)
 		n.fs.truncated(n.tok.Ino, 0)
 	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
-		cc.grant(since, n.tok.Ino, id.uid, false)
+		cc.Grant(since, n.tok.Ino, id.uid, false)
 	}
 	return h, 0
 }
@@ -952,13 +952,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	id := identOf(ctx)
 	cc := n.fs.cc
-	touch := cc.touches(n.tok.Ino)
-	if ents, ok := cc.listing(n.tok.Ino, id.uid); ok && !touch {
+	touch := cc.Touches(n.tok.Ino)
+	if ents, ok := cc.Listing(n.tok.Ino, id.uid); ok && !touch {
 		n.fs.hit(kindDir)
 		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
 	n.fs.miss(kindDir)
-	since := cc.snap()
+	since := cc.Snap()
 	c, e := n.fs.conn(ctx)
 	if e != 0 {
 		return nil, e

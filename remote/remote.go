@@ -65,6 +65,7 @@ import (
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
+	"github.com/shalefs/shale/remote/cache"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -145,9 +146,9 @@ type FS struct {
 	posix map[posixLock]bool
 
 	ctr        counters
-	cc         *cache
+	cc         *cache.Cache
 	jr         *jreader    // nil: no cache, no journal
-	disk       *diskCache  // with Options.CacheDir
+	disk       *cache.Disk // with Options.CacheDir
 	controller atomic.Bool // a journal controller answered the first connection
 	liveMu     sync.Mutex  // guards live
 	live       map[uint64]liveTok
@@ -249,16 +250,16 @@ func (fs *FS) setupCache(server string, opts Options) error {
 	if entries <= 0 {
 		entries = defaultCacheEntries
 	}
-	var blocks blockStore = newMemBlocks(max(size, 0))
+	var blocks cache.BlockStore = cache.NewMemBlocks(max(size, 0))
 	if opts.CacheDir != "" && size > 0 {
-		d, err := openDisk(opts.CacheDir, size, server, fs.log)
+		d, err := cache.OpenDisk(opts.CacheDir, size, server, fs.log)
 		if err != nil {
 			return err
 		}
 		fs.disk, blocks = d, d
 	}
-	fs.cc = newCache(entries, blocks)
-	fs.cc.live = fs.isLive
+	fs.cc = cache.New(entries, blocks)
+	fs.cc.Live = fs.isLive
 	if size < 0 {
 		return nil
 	}
@@ -267,7 +268,9 @@ func (fs *FS) setupCache(server string, opts Options) error {
 		fs.jr.flushWait = 2 * time.Second
 	}
 	if fs.disk != nil && !opts.newJournal {
-		fs.disk.restore(fs.jr, fs.cc)
+		if pos, ok := fs.disk.Restore(fs.cc); ok {
+			fs.jr.uuid, fs.jr.epoch, fs.jr.seq = pos.UUID, pos.Epoch, pos.Seq
+		}
 	}
 	return nil
 }
@@ -304,7 +307,7 @@ func (fs *FS) forgot(tok layer.Token) {
 	}
 	fs.liveMu.Unlock()
 	if l.n <= 0 {
-		fs.cc.gone(tok.Ino)
+		fs.cc.Gone(tok.Ino)
 	}
 }
 
@@ -324,7 +327,7 @@ func (fs *FS) genOf(path uint64) uint64 {
 	if ok {
 		return l.gen
 	}
-	return fs.cc.genOf(path)
+	return fs.cc.GenOf(path)
 }
 
 // connect dials and negotiates a connection.
@@ -478,7 +481,13 @@ func (fs *FS) closeCache() error {
 	if fs.disk == nil {
 		return nil
 	}
-	return fs.disk.save(fs.jr, fs.cc)
+	var pos *cache.JournalPos
+	if j := fs.jr; j != nil {
+		j.mu.Lock()
+		pos = &cache.JournalPos{UUID: j.uuid, Epoch: j.epoch, Seq: j.seq}
+		j.mu.Unlock()
+	}
+	return fs.disk.Save(pos, fs.cc)
 }
 
 // ident is who a request runs as.
@@ -587,7 +596,7 @@ func OptionsFromQuery(q url.Values) (Options, error) {
 				continue
 			}
 			n, err := humanize.ParseBytes(val)
-			if err != nil || n < blockSize || n > 1<<50 {
+			if err != nil || n < cache.BlockSize || n > 1<<50 {
 				return o, fmt.Errorf("cachesize=%s: want a size such as 256MiB (at least 128KiB), or off", val)
 			}
 			o.CacheSize = int64(n)

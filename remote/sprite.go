@@ -97,7 +97,7 @@ func (fs *FS) sfileOf(path uint64, make bool) *sfile {
 // no dirty data, no writers, no error, no version worth keeping (the
 // cache holds nothing of the file).
 func (fs *FS) forgetIdle(sf *sfile) {
-	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || fs.cc.genOf(sf.path) != 0 {
+	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || fs.cc.GenOf(sf.path) != 0 {
 		return
 	}
 	fs.smu.Lock()
@@ -212,8 +212,8 @@ func (fs *FS) opened(n *node, h *handle, vers uint32, write bool, since uint64) 
 		if stale {
 			fs.ctr.opensStale.Add(1)
 		}
-		fs.cc.dropData(path, 0, 0)
-		fs.cc.dropAttrs(path)
+		fs.cc.DropData(path, 0, 0)
+		fs.cc.DropAttrs(path)
 		fs.notice(layer.Event{Kind: layer.Data, Token: n.tok})
 	}
 }
@@ -340,7 +340,7 @@ func (n *node) writeBackOpen(c *conn, uid uint32) (fid, iounit uint32, refused b
 
 // size is the file's size on the server, from the cache if it has it.
 func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
-	if a, gen, ok := h.fs.cc.attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {
+	if a, gen, ok := h.fs.cc.Attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {
 		return int64(a.Size), 0
 	}
 	var size int64
@@ -538,7 +538,7 @@ func (fs *FS) unlinked(path uint64) {
 	if sf == nil || !sf.hasDirty.Load() {
 		return
 	}
-	if a, _, ok := fs.cc.attr(path); !ok || a.Nlink > 1 {
+	if a, _, ok := fs.cc.Attr(path); !ok || a.Nlink > 1 {
 		return // other names may remain: written back as usual
 	}
 	sf.mu.Lock()
@@ -646,9 +646,9 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 	n := d.bytes()
 	fs.dirtyBytes.Add(-n)
 	for _, x := range d.ext {
-		fs.cc.dropData(sf.path, uint64(x.off), uint64(len(x.data)))
+		fs.cc.DropData(sf.path, uint64(x.off), uint64(len(x.data)))
 	}
-	fs.cc.dropAttrs(sf.path)
+	fs.cc.DropAttrs(sf.path)
 	sf.settled()
 	fs.ctr.writeBacks[why].Add(1)
 	if why != wbRecall && why != wbUncache {
@@ -805,7 +805,7 @@ func (fs *FS) recalled(path, seq uint64, uncache bool) {
 		if drop {
 			// Not under mu: the kernel's invalidation waits for reads in
 			// flight, which may want it.
-			fs.cc.dropData(path, 0, 0)
+			fs.cc.DropData(path, 0, 0)
 			fs.notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: path, Gen: fs.genOf(path)}})
 		}
 	}

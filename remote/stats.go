@@ -100,7 +100,7 @@ func (fs *FS) sample(now time.Time) {
 	if n := len(s.last); n > 0 && now.Sub(s.last[n-1].At) < sizeEvery {
 		return
 	}
-	_, cached := fs.cc.size()
+	_, cached := fs.cc.Size()
 	s.last = append(s.last, SizeSample{At: now, CachedData: cached, Dirty: fs.dirtyBytes.Load()})
 	if len(s.last) > sizeKeep {
 		s.last = s.last[len(s.last)-sizeKeep:]
@@ -161,9 +161,9 @@ func (fs *FS) Stats() Stats {
 	s.Records, s.Resets, s.Dropped = fs.ctr.records.Load(), fs.ctr.resets.Load(), fs.ctr.dropped.Load()
 	s.JournalReads = fs.ctr.journalRequests.Load()
 	s.BytesSent, s.BytesReceived = fs.ctr.sent.Load(), fs.ctr.recv.Load()
-	s.Caching = fs.cc.on.Load()
+	s.Caching = fs.cc.On.Load()
 	s.Journal = fs.jr.id()
-	s.CachedFiles, s.CachedBytes = fs.cc.size()
+	s.CachedFiles, s.CachedBytes = fs.cc.Size()
 	if fs.sprite.Load() {
 		s.Sprite = fs.spriteStats()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/cache"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -33,7 +34,7 @@ func Watch(ctx context.Context, r p9net.Remote, opts Options, dir string, report
 	w := &watcher{paths: map[uint64]string{}, report: report, ctx: ctx}
 	opts.newJournal, opts.CacheDir = true, ""
 	if opts.CacheSize <= 0 {
-		opts.CacheSize = blockSize
+		opts.CacheSize = cache.BlockSize
 	}
 	opts.onRecord = w.record
 	root, err := New(ctx, stack.New(stack.Options{CoherenceOff: true}), r, opts)

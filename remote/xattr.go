@@ -41,7 +41,7 @@ const xattrMax = 64 << 10
 func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
 	id := identOf(ctx)
 	cc := n.fs.cc
-	if v, absent, ok := cc.xattr(n.tok.Ino, name, id.uid); ok {
+	if v, absent, ok := cc.Xattr(n.tok.Ino, name, id.uid); ok {
 		n.fs.hit(kindXattr)
 		if absent {
 			return 0, syscall.ENODATA
@@ -49,7 +49,7 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 		return xattrOut(v, dest)
 	}
 	n.fs.miss(kindXattr)
-	since := cc.snap()
+	since := cc.Snap()
 	c, fid, _, done, e := n.use(ctx)
 	defer done()
 	if e != 0 {
@@ -64,14 +64,14 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 			e = syscall.ENODATA
 		}
 		if e == syscall.ENODATA {
-			cc.putXattr(since, n.tok.Ino, n.tok.Gen, name, id.uid, nil, true)
+			cc.PutXattr(since, n.tok.Ino, n.tok.Gen, name, id.uid, nil, true)
 		}
 		return 0, e
 	}
 	defer c.clunk(xfid)
 	// What is kept is read whole, so that the read after a size probe
 	// is a hit.
-	keep := cc.on.Load() && size <= xattrMax
+	keep := cc.On.Load() && size <= xattrMax
 	quirk := name == "" && size == 1 // hugelgupf/p9's servers list no names as one empty one
 	if !keep && !quirk {
 		if len(dest) == 0 {
@@ -91,7 +91,7 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 		v = nil
 	}
 	if keep {
-		cc.putXattr(since, n.tok.Ino, n.tok.Gen, name, id.uid, v, false)
+		cc.PutXattr(since, n.tok.Ino, n.tok.Gen, name, id.uid, v, false)
 	}
 	return xattrOut(v, dest)
 }
@@ -148,7 +148,7 @@ func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags 
 		}
 	}
 	err = c.clunk(xfid)
-	n.fs.cc.dropAttrs(n.tok.Ino) // ctime, and ACLs' mode bits, even if it failed half way
+	n.fs.cc.DropAttrs(n.tok.Ino) // ctime, and ACLs' mode bits, even if it failed half way
 	if err != nil {
 		return errno(err)
 	}

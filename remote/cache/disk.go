@@ -1,4 +1,4 @@
-package remote
+package cache
 
 import (
 	"encoding/gob"
@@ -31,8 +31,8 @@ const (
 	stateFile = "state"
 )
 
-// diskCache keeps blocks in an object store.
-type diskCache struct {
+// Disk keeps blocks in an object store.
+type Disk struct {
 	dir    string
 	server string // the server and tree whose cache it is
 	st     *objstore.Store
@@ -59,12 +59,12 @@ type savedEnt struct {
 	Link                   []byte
 	HasLink                bool
 	Blks                   map[int64]int
-	Xattrs                 map[string]xattrVal
+	Xattrs                 map[string]XattrVal
 }
 
 // openDisk takes dir: the store in it (made with size bytes if it has
 // none) and what the last client saved there.
-func openDisk(dir string, size int64, server string, log *slog.Logger) (*diskCache, error) {
+func OpenDisk(dir string, size int64, server string, log *slog.Logger) (*Disk, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %v", dir, err)
 	}
@@ -79,7 +79,7 @@ func openDisk(dir string, size int64, server string, log *slog.Logger) (*diskCac
 	if err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %v", dir, err)
 	}
-	d := &diskCache{dir: dir, server: server, st: st, log: log}
+	d := &Disk{dir: dir, server: server, st: st, log: log}
 	sp := filepath.Join(dir, stateFile)
 	if f, err := os.Open(sp); err == nil {
 		var s diskState
@@ -100,14 +100,21 @@ func openDisk(dir string, size int64, server string, log *slog.Logger) (*diskCac
 	return d, nil
 }
 
-// restore gives the journal reader and the cache what was saved.
-func (d *diskCache) restore(j *jreader, c *cache) {
+// JournalPos is how far a client read its journal: the disk cache
+// keeps it with what it cached, to resume from it.
+type JournalPos struct {
+	UUID       string
+	Epoch, Seq uint64
+}
+
+// Restore gives c what was saved, and the journal position it is
+// current as of; false if nothing was.
+func (d *Disk) Restore(c *Cache) (JournalPos, bool) {
 	s := d.saved
 	d.saved = nil
 	if s == nil || s.UUID == "" {
-		return
+		return JournalPos{}, false
 	}
-	j.uuid, j.epoch, j.seq = s.UUID, s.Epoch, s.Seq
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range s.Ents {
@@ -123,15 +130,16 @@ func (d *diskCache) restore(j *jreader, c *cache) {
 	}
 	c.dropped = nil
 	d.log.Info("disk cache restored", "dir", d.dir, "files", len(s.Ents), "journal", s.UUID, "seq", s.Seq)
+	return JournalPos{s.UUID, s.Epoch, s.Seq}, true
 }
 
-// save writes the state of j and c and closes the store. The caller has
+// Save writes c, current as of the journal position pos (nil: no
+// journal, nothing to resume), and closes the store. The caller has
 // ended the journal's reading.
-func (d *diskCache) save(j *jreader, c *cache) error {
+func (d *Disk) Save(pos *JournalPos, c *Cache) error {
 	s := diskState{Server: d.server}
-	if j != nil {
-		j.mu.Lock()
-		s.UUID, s.Epoch, s.Seq = j.uuid, j.epoch, j.seq
+	if pos != nil {
+		s.UUID, s.Epoch, s.Seq = pos.UUID, pos.Epoch, pos.Seq
 		c.mu.Lock()
 		// Copies of the maps: a put that began before the close may
 		// still change them while they are encoded.
@@ -143,7 +151,6 @@ func (d *diskCache) save(j *jreader, c *cache) error {
 				Blks: maps.Clone(e.blks), Xattrs: maps.Clone(e.xattrs)})
 		}
 		c.mu.Unlock()
-		j.mu.Unlock()
 	}
 	if err := d.st.Close(); err != nil {
 		return fmt.Errorf("--cache-dir %s: closing the store: %v", d.dir, err)
@@ -172,18 +179,18 @@ func (d *diskCache) save(j *jreader, c *cache) error {
 	return nil
 }
 
-func (d *diskCache) get(path, gen uint64, idx int64) ([]byte, bool) {
+func (d *Disk) get(path, gen uint64, idx int64) ([]byte, bool) {
 	b, err := d.st.Read(blockName(path, gen, idx))
 	return b, err == nil
 }
 
-func (d *diskCache) put(path, gen uint64, idx int64, b []byte) bool {
+func (d *Disk) put(path, gen uint64, idx int64, b []byte) bool {
 	// The store keeps the slice until its write is done.
 	return d.st.Create(blockName(path, gen, idx), append([]byte(nil), b...)) == nil
 }
 
-func (d *diskCache) drop(path, gen uint64, idx int64) {
+func (d *Disk) drop(path, gen uint64, idx int64) {
 	d.st.Remove(blockName(path, gen, idx))
 }
 
-func (d *diskCache) bytes() int64 { return d.st.Stats().Used }
+func (d *Disk) bytes() int64 { return d.st.Stats().Used }

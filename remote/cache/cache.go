@@ -1,4 +1,9 @@
-package remote
+// Package cache is the journal cache of shale's 9P client (remote): what
+// the server answered, kept while the server's journal says it is
+// current, in memory or on disk (disk.go). It does no I/O to the server:
+// the client asks, puts the answers here, and applies the journal's
+// records as drops.
+package cache
 
 import (
 	"container/list"
@@ -16,7 +21,7 @@ import (
 // looked up in directories (negative ones too), complete listings,
 // symlink targets, extended attributes (values, absent names, lists) and
 // file data in blocks. It is on only while a journal controller answers
-// (see callbacks.go); off, every method misses and every put is dropped,
+// (remote/callbacks.go); off, every method misses and every put is dropped,
 // which is the client without a cache.
 //
 // Races with the journal: an answer read from the server before a change
@@ -32,25 +37,25 @@ import (
 // the attributes, which every change of mode, owner or ACL drops. An
 // extended attribute's answer keeps the uids the server gave it to (a
 // user.* one needs read permission).
-type cache struct {
-	on atomic.Bool
+type Cache struct {
+	On atomic.Bool
 
 	mu      sync.Mutex
 	ents    map[uint64]*centry
 	lru     list.List // *centry, least recently used first
 	maxEnts int
-	blocks  blockStore
+	blocks  BlockStore
 	// dropped are QIDs evicted, to report to the controller.
 	dropped []uint64
-	live    func(path uint64) bool // whether a node of the QID is given out
+	Live    func(path uint64) bool // whether a node of the QID is given out
 
 	clock  uint64 // counts invalidations
 	floor  uint64 // clock at the last drop of everything
 	recent [ringSize]inval
 }
 
-// blockSize is the unit of cached file data.
-const blockSize = 128 << 10
+// BlockSize is the unit of cached file data.
+const BlockSize = 128 << 10
 
 // ringSize bounds the invalidations a fetch in flight is checked against;
 // one that began longer ago than that many is refused.
@@ -75,33 +80,33 @@ type centry struct {
 	hasList bool
 	link    []byte
 	hasLink bool
-	blks    map[int64]int // block index → its length (< blockSize: the end of the file)
+	blks    map[int64]int // block index → its length (< BlockSize: the end of the file)
 	// xattrs are getxattr's answers by name, and listxattr's under "".
-	xattrs map[string]xattrVal
+	xattrs map[string]XattrVal
 }
 
-// xattrVal is a cached answer about one extended attribute (or the list
+// XattrVal is a cached answer about one extended attribute (or the list
 // of names), exported for the disk cache's gob.
-type xattrVal struct {
+type XattrVal struct {
 	Val    []byte
 	Absent bool     // ENODATA
 	Uids   []uint32 // those the server answered it to
 }
 
-// blockStore keeps file data: in memory, or in the object store.
-type blockStore interface {
+// BlockStore keeps file data: in memory, or in the object store.
+type BlockStore interface {
 	get(path, gen uint64, idx int64) ([]byte, bool)
 	put(path, gen uint64, idx int64, b []byte) bool
 	drop(path, gen uint64, idx int64)
 	bytes() int64
 }
 
-func newCache(maxEnts int, blocks blockStore) *cache {
-	return &cache{ents: map[uint64]*centry{}, maxEnts: maxEnts, blocks: blocks, live: func(uint64) bool { return false }}
+func New(maxEnts int, blocks BlockStore) *Cache {
+	return &Cache{ents: map[uint64]*centry{}, maxEnts: maxEnts, blocks: blocks, Live: func(uint64) bool { return false }}
 }
 
 // snap is the clock to give a later put.
-func (c *cache) snap() uint64 {
+func (c *Cache) Snap() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.clock
@@ -109,7 +114,7 @@ func (c *cache) snap() uint64 {
 
 // changedLocked tells whether anything about path was invalidated after
 // snapshot since.
-func (c *cache) changedLocked(path, since uint64) bool {
+func (c *Cache) changedLocked(path, since uint64) bool {
 	if since < c.floor || c.clock-since >= ringSize {
 		return since != c.clock
 	}
@@ -123,20 +128,20 @@ func (c *cache) changedLocked(path, since uint64) bool {
 
 // changed tells whether anything about path was invalidated after
 // snapshot since: an answer asked before may be older than the change.
-func (c *cache) changed(path, since uint64) bool {
+func (c *Cache) Changed(path, since uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.changedLocked(path, since)
 }
 
 // tickLocked records an invalidation of path.
-func (c *cache) tickLocked(path uint64) {
+func (c *Cache) tickLocked(path uint64) {
 	c.clock++
 	c.recent[c.clock%ringSize] = inval{c.clock, path}
 }
 
 // entLocked returns path's entry, made if need be, as most recently used.
-func (c *cache) entLocked(path, gen uint64) *centry {
+func (c *Cache) entLocked(path, gen uint64) *centry {
 	e := c.ents[path]
 	if e != nil && gen != 0 && e.gen != 0 && e.gen != gen {
 		// Another file with the inode number: nothing of the old holds.
@@ -150,7 +155,7 @@ func (c *cache) entLocked(path, gen uint64) *centry {
 		for c.lru.Len() > c.maxEnts {
 			o := c.lru.Front().Value.(*centry)
 			c.removeLocked(o)
-			if !c.live(o.path) {
+			if !c.Live(o.path) {
 				c.dropped = append(c.dropped, o.path)
 			}
 		}
@@ -164,7 +169,7 @@ func (c *cache) entLocked(path, gen uint64) *centry {
 }
 
 // getLocked returns path's entry if there is one, marking it used.
-func (c *cache) getLocked(path uint64) *centry {
+func (c *Cache) getLocked(path uint64) *centry {
 	e := c.ents[path]
 	if e != nil {
 		c.lru.MoveToBack(e.elem)
@@ -172,7 +177,7 @@ func (c *cache) getLocked(path uint64) *centry {
 	return e
 }
 
-func (c *cache) removeLocked(e *centry) {
+func (c *Cache) removeLocked(e *centry) {
 	c.dropDataLocked(e, 0, 0)
 	c.lru.Remove(e.elem)
 	delete(c.ents, e.path)
@@ -181,11 +186,11 @@ func (c *cache) removeLocked(e *centry) {
 // dropDataLocked forgets e's blocks that overlap [off, off+n) (n 0: to
 // the end), and the one that ended the file, which a write past it
 // changes wherever it was.
-func (c *cache) dropDataLocked(e *centry, off, n uint64) {
+func (c *Cache) dropDataLocked(e *centry, off, n uint64) {
 	for idx, l := range e.blks {
-		start := uint64(idx) * blockSize
-		end := start + blockSize
-		if l < blockSize || end > off && (n == 0 || start < off+n) {
+		start := uint64(idx) * BlockSize
+		end := start + BlockSize
+		if l < BlockSize || end > off && (n == 0 || start < off+n) {
 			c.blocks.drop(e.path, e.gen, idx)
 			delete(e.blks, idx)
 		}
@@ -202,7 +207,7 @@ func (e *centry) dropAttrLocked() {
 
 // dropAttrs forgets the attributes, the permissions they gave and the
 // extended attributes (an Attrs record stands for any of them).
-func (c *cache) dropAttrs(path uint64) {
+func (c *Cache) DropAttrs(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
@@ -214,7 +219,7 @@ func (c *cache) dropAttrs(path uint64) {
 
 // dropTimes forgets the attributes only: our read on the server moved
 // atime, which changes no permission and no extended attribute.
-func (c *cache) dropTimes(path uint64) {
+func (c *Cache) DropTimes(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
@@ -226,7 +231,7 @@ func (c *cache) dropTimes(path uint64) {
 // dropData forgets the attributes, the data in [off, off+n), and the
 // extended attribute a write removes (the server's kernel kills
 // security.capability) with a list that names it; others stay.
-func (c *cache) dropData(path, off, n uint64) {
+func (c *Cache) DropData(path, off, n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
@@ -246,7 +251,7 @@ func (c *cache) dropData(path, off, n uint64) {
 const capability = "security.capability"
 
 // dropEntry forgets name in directory path, its listing and attributes.
-func (c *cache) dropEntry(path uint64, name string) {
+func (c *Cache) DropEntry(path uint64, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
@@ -258,7 +263,7 @@ func (c *cache) dropEntry(path uint64, name string) {
 }
 
 // drop forgets everything about path.
-func (c *cache) drop(path uint64) {
+func (c *Cache) Drop(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
@@ -268,7 +273,7 @@ func (c *cache) drop(path uint64) {
 }
 
 // dropAll forgets everything; fetches in flight put nothing.
-func (c *cache) dropAll() {
+func (c *Cache) DropAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.ents {
@@ -282,7 +287,7 @@ func (c *cache) dropAll() {
 }
 
 // childOf is the QID path cached for name in directory dir, if any.
-func (c *cache) childOf(dir uint64, name string) (uint64, bool) {
+func (c *Cache) ChildOf(dir uint64, name string) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.ents[dir]; e != nil {
@@ -293,7 +298,7 @@ func (c *cache) childOf(dir uint64, name string) (uint64, bool) {
 }
 
 // genOf is the generation known for path, 0 if none.
-func (c *cache) genOf(path uint64) uint64 {
+func (c *Cache) GenOf(path uint64) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.ents[path]; e != nil {
@@ -305,12 +310,12 @@ func (c *cache) genOf(path uint64) uint64 {
 // takeDropped returns the QIDs evicted since the last call that no node
 // holds, and ticks the clock for each: until the controller has read the
 // report, nothing read about them may be kept.
-func (c *cache) takeDropped() []uint64 {
+func (c *Cache) TakeDropped() []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []uint64
 	for _, p := range c.dropped {
-		if c.ents[p] == nil && !c.live(p) {
+		if c.ents[p] == nil && !c.Live(p) {
 			out = append(out, p)
 			c.tickLocked(p)
 		}
@@ -320,7 +325,7 @@ func (c *cache) takeDropped() []uint64 {
 }
 
 // size is the QIDs cached and the bytes of file data held.
-func (c *cache) size() (int, int64) {
+func (c *Cache) Size() (int, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.ents), c.blocks.bytes()
@@ -329,8 +334,8 @@ func (c *cache) size() (int, int64) {
 // Lookups and attributes.
 
 // attr returns path's cached attributes and generation.
-func (c *cache) attr(path uint64) (layer.Attr, uint64, bool) {
-	if !c.on.Load() {
+func (c *Cache) Attr(path uint64) (layer.Attr, uint64, bool) {
+	if !c.On.Load() {
 		return layer.Attr{}, 0, false
 	}
 	c.mu.Lock()
@@ -344,8 +349,8 @@ func (c *cache) attr(path uint64) (layer.Attr, uint64, bool) {
 // lookup answers name in directory dir for uid: the child's QID path,
 // generation and attributes, or found=false for a name known absent.
 // ok=false is a miss.
-func (c *cache) lookup(dir uint64, name string, uid uint32) (child, gen uint64, a layer.Attr, found, ok bool) {
-	if !c.on.Load() {
+func (c *Cache) Lookup(dir uint64, name string, uid uint32) (child, gen uint64, a layer.Attr, found, ok bool) {
+	if !c.On.Load() {
 		return 0, 0, a, false, false
 	}
 	c.mu.Lock()
@@ -371,8 +376,8 @@ func (c *cache) lookup(dir uint64, name string, uid uint32) (child, gen uint64, 
 // put runs fill on path's entry (of generation gen; 0: whatever it is)
 // if caching is on and nothing touched path since snapshot since: an
 // answer that crossed a change must not be kept.
-func (c *cache) put(since, path, gen uint64, fill func(e *centry)) {
-	if !c.on.Load() {
+func (c *Cache) put(since, path, gen uint64, fill func(e *centry)) {
+	if !c.On.Load() {
 		return
 	}
 	c.mu.Lock()
@@ -384,14 +389,14 @@ func (c *cache) put(since, path, gen uint64, fill func(e *centry)) {
 }
 
 // putAttr keeps path's attributes, read after snapshot since.
-func (c *cache) putAttr(since, path, gen uint64, a *layer.Attr) {
+func (c *Cache) PutAttr(since, path, gen uint64, a *layer.Attr) {
 	c.put(since, path, gen, func(e *centry) { e.attr, e.hasAttr = *a, true })
 }
 
 // putLookup keeps that uid walked name in dir to child, whose attributes
 // are a (child 0: the name does not exist).
-func (c *cache) putLookup(since, dir uint64, name string, uid uint32, child, gen uint64, a *layer.Attr) {
-	if !c.on.Load() {
+func (c *Cache) PutLookup(since, dir uint64, name string, uid uint32, child, gen uint64, a *layer.Attr) {
+	if !c.On.Load() {
 		return
 	}
 	c.mu.Lock()
@@ -419,7 +424,7 @@ func addUid(s []uint32, uid uint32) []uint32 {
 }
 
 // grant keeps that uid may list (directories) or read (files) path.
-func (c *cache) grant(since, path uint64, uid uint32, list bool) {
+func (c *Cache) Grant(since, path uint64, uid uint32, list bool) {
 	c.put(since, path, 0, func(e *centry) {
 		if list {
 			e.lister = addUid(e.lister, uid)
@@ -432,8 +437,8 @@ func (c *cache) grant(since, path uint64, uid uint32, list bool) {
 // mayRead tells whether uid opened path (of generation gen) for reading
 // on the server since its mode, owner or ACL last changed. The grant of
 // another file with the inode number says nothing of this one.
-func (c *cache) mayRead(path, gen uint64, uid uint32) bool {
-	if !c.on.Load() {
+func (c *Cache) MayRead(path, gen uint64, uid uint32) bool {
+	if !c.On.Load() {
 		return false
 	}
 	c.mu.Lock()
@@ -446,8 +451,8 @@ func (c *cache) mayRead(path, gen uint64, uid uint32) bool {
 
 // xattr answers getxattr of name ("": listxattr) on path for uid: the
 // value, or absent for ENODATA. ok=false is a miss.
-func (c *cache) xattr(path uint64, name string, uid uint32) (val []byte, absent, ok bool) {
-	if !c.on.Load() {
+func (c *Cache) Xattr(path uint64, name string, uid uint32) (val []byte, absent, ok bool) {
+	if !c.On.Load() {
 		return nil, false, false
 	}
 	c.mu.Lock()
@@ -465,15 +470,15 @@ func (c *cache) xattr(path uint64, name string, uid uint32) (val []byte, absent,
 
 // putXattr keeps the server's answer to uid about name on path, read
 // after snapshot since: val, or absent.
-func (c *cache) putXattr(since, path, gen uint64, name string, uid uint32, val []byte, absent bool) {
+func (c *Cache) PutXattr(since, path, gen uint64, name string, uid uint32, val []byte, absent bool) {
 	c.put(since, path, gen, func(e *centry) {
 		if e.xattrs == nil {
-			e.xattrs = map[string]xattrVal{}
+			e.xattrs = map[string]XattrVal{}
 		}
 		x, had := e.xattrs[name]
 		if !had || x.Absent != absent || string(x.Val) != string(val) {
 			// Not the answer the others were given: it is theirs no more.
-			x = xattrVal{Val: val, Absent: absent}
+			x = XattrVal{Val: val, Absent: absent}
 		}
 		x.Uids = addUid(x.Uids, uid)
 		e.xattrs[name] = x
@@ -483,8 +488,8 @@ func (c *cache) putXattr(since, path, gen uint64, name string, uid uint32, val [
 // Listings and symlinks.
 
 // listing returns directory path's complete listing for uid.
-func (c *cache) listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
-	if !c.on.Load() {
+func (c *Cache) Listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
+	if !c.On.Load() {
 		return nil, false
 	}
 	c.mu.Lock()
@@ -497,15 +502,15 @@ func (c *cache) listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
 }
 
 // putListing keeps path's complete listing, read by uid.
-func (c *cache) putListing(since, path uint64, uid uint32, ents []layer.DirEntry) {
+func (c *Cache) PutListing(since, path uint64, uid uint32, ents []layer.DirEntry) {
 	c.put(since, path, 0, func(e *centry) {
 		e.list, e.hasList = ents, true
 		e.lister = addUid(e.lister, uid)
 	})
 }
 
-func (c *cache) readlink(path uint64) ([]byte, bool) {
-	if !c.on.Load() {
+func (c *Cache) Readlink(path uint64) ([]byte, bool) {
+	if !c.On.Load() {
 		return nil, false
 	}
 	c.mu.Lock()
@@ -516,7 +521,7 @@ func (c *cache) readlink(path uint64) ([]byte, bool) {
 	return nil, false
 }
 
-func (c *cache) putLink(since, path uint64, target []byte) {
+func (c *Cache) PutLink(since, path uint64, target []byte) {
 	c.put(since, path, 0, func(e *centry) { e.link, e.hasLink = slices.Clone(target), true })
 }
 
@@ -526,8 +531,8 @@ func (c *cache) putLink(since, path uint64, target []byte) {
 // ok=false is a miss: some block it needs is not cached. The blocks of
 // another generation are another file's (the inode number was reused
 // after the file, still open here, was removed): a miss, not its data.
-func (c *cache) read(path, gen uint64, dest []byte, off int64) (int, bool) {
-	if !c.on.Load() {
+func (c *Cache) Read(path, gen uint64, dest []byte, off int64) (int, bool) {
+	if !c.On.Load() {
 		return 0, false
 	}
 	c.mu.Lock()
@@ -542,17 +547,17 @@ func (c *cache) read(path, gen uint64, dest []byte, off int64) (int, bool) {
 	}
 	var parts []part
 	for at := off; at < off+int64(len(dest)); {
-		idx := at / blockSize
+		idx := at / BlockSize
 		l, ok := e.blks[idx]
 		if !ok {
 			c.mu.Unlock()
 			return 0, false
 		}
 		parts = append(parts, part{idx, l})
-		if l < blockSize {
+		if l < BlockSize {
 			break
 		}
-		at = (idx + 1) * blockSize
+		at = (idx + 1) * BlockSize
 	}
 	c.mu.Unlock()
 	total := 0
@@ -562,7 +567,7 @@ func (c *cache) read(path, gen uint64, dest []byte, off int64) (int, bool) {
 			c.forgetBlock(path, gen, p.idx)
 			return 0, false
 		}
-		start := max(off+int64(total)-p.idx*blockSize, 0)
+		start := max(off+int64(total)-p.idx*BlockSize, 0)
 		if start >= int64(len(b)) {
 			break
 		}
@@ -572,7 +577,7 @@ func (c *cache) read(path, gen uint64, dest []byte, off int64) (int, bool) {
 }
 
 // forgetBlock notes that the store no longer has a block.
-func (c *cache) forgetBlock(path, gen uint64, idx int64) {
+func (c *Cache) forgetBlock(path, gen uint64, idx int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.ents[path]; e != nil && e.gen == gen {
@@ -580,23 +585,23 @@ func (c *cache) forgetBlock(path, gen uint64, idx int64) {
 	}
 }
 
-// putData keeps data read from path at off, a multiple of blockSize;
+// putData keeps data read from path at off, a multiple of BlockSize;
 // eof tells that it ends at the end of the file.
-func (c *cache) putData(since, path, gen uint64, off int64, data []byte, eof bool) {
+func (c *Cache) PutData(since, path, gen uint64, off int64, data []byte, eof bool) {
 	c.put(since, path, gen, func(e *centry) {
-		for i := 0; i < len(data) || eof && i == len(data); i += blockSize {
-			b := data[i:min(i+blockSize, len(data))]
-			if len(b) < blockSize && !eof {
+		for i := 0; i < len(data) || eof && i == len(data); i += BlockSize {
+			b := data[i:min(i+BlockSize, len(data))]
+			if len(b) < BlockSize && !eof {
 				break
 			}
-			idx := (off + int64(i)) / blockSize
+			idx := (off + int64(i)) / BlockSize
 			if c.blocks.put(path, e.gen, idx, b) {
 				if e.blks == nil {
 					e.blks = map[int64]int{}
 				}
 				e.blks[idx] = len(b)
 			}
-			if len(b) < blockSize {
+			if len(b) < BlockSize {
 				break
 			}
 		}
@@ -606,7 +611,7 @@ func (c *cache) putData(since, path, gen uint64, off int64, data []byte, eof boo
 // afterDropped ticks the clock for paths, reported as dropped, and
 // returns those that a fetch made cached or live meanwhile, dropping
 // what the cache has of them: the controller may no longer tell of them.
-func (c *cache) afterDropped(paths []uint64) []uint64 {
+func (c *Cache) AfterDropped(paths []uint64) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var back []uint64
@@ -616,7 +621,7 @@ func (c *cache) afterDropped(paths []uint64) []uint64 {
 		if e != nil {
 			c.removeLocked(e)
 		}
-		if e != nil || c.live(p) {
+		if e != nil || c.Live(p) {
 			back = append(back, p)
 		}
 	}
@@ -625,10 +630,10 @@ func (c *cache) afterDropped(paths []uint64) []uint64 {
 
 // gone notes that no node of path is given out any more: if nothing is
 // cached of it either, the controller may forget it.
-func (c *cache) gone(path uint64) {
+func (c *Cache) Gone(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ents[path] == nil && c.on.Load() {
+	if c.ents[path] == nil && c.On.Load() {
 		c.dropped = append(c.dropped, path)
 	}
 }
@@ -637,7 +642,7 @@ func (c *cache) gone(path uint64) {
 // atime under relatime (the Linux default): atime not after mtime or
 // ctime, or a day old; or whether nothing says otherwise. Such reads go
 // to the server, and drop the attributes, so a stat shows the new atime.
-func (c *cache) touches(path uint64) bool {
+func (c *Cache) Touches(path uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.ents[path]

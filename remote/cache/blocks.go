@@ -1,4 +1,4 @@
-package remote
+package cache
 
 import (
 	"container/list"
@@ -11,9 +11,9 @@ type blockKey struct {
 	idx       int64
 }
 
-// memBlocks keeps file data in memory, the least recently used going
+// MemBlocks keeps file data in memory, the least recently used going
 // first past max bytes.
-type memBlocks struct {
+type MemBlocks struct {
 	mu    sync.Mutex
 	m     map[blockKey]*list.Element
 	lru   list.List // *memBlock
@@ -26,11 +26,11 @@ type memBlock struct {
 	b []byte
 }
 
-func newMemBlocks(limit int64) *memBlocks {
-	return &memBlocks{m: map[blockKey]*list.Element{}, limit: limit}
+func NewMemBlocks(limit int64) *MemBlocks {
+	return &MemBlocks{m: map[blockKey]*list.Element{}, limit: limit}
 }
 
-func (s *memBlocks) get(path, gen uint64, idx int64) ([]byte, bool) {
+func (s *MemBlocks) get(path, gen uint64, idx int64) ([]byte, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el := s.m[blockKey{path, gen, idx}]
@@ -41,7 +41,7 @@ func (s *memBlocks) get(path, gen uint64, idx int64) ([]byte, bool) {
 	return el.Value.(*memBlock).b, true
 }
 
-func (s *memBlocks) put(path, gen uint64, idx int64, b []byte) bool {
+func (s *MemBlocks) put(path, gen uint64, idx int64, b []byte) bool {
 	if int64(len(b)) > s.limit {
 		return false
 	}
@@ -57,13 +57,13 @@ func (s *memBlocks) put(path, gen uint64, idx int64, b []byte) bool {
 	return true
 }
 
-func (s *memBlocks) drop(path, gen uint64, idx int64) {
+func (s *MemBlocks) drop(path, gen uint64, idx int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dropLocked(blockKey{path, gen, idx})
 }
 
-func (s *memBlocks) dropLocked(k blockKey) {
+func (s *MemBlocks) dropLocked(k blockKey) {
 	if el := s.m[k]; el != nil {
 		s.used -= int64(len(el.Value.(*memBlock).b))
 		s.lru.Remove(el)
@@ -71,7 +71,7 @@ func (s *memBlocks) dropLocked(k blockKey) {
 	}
 }
 
-func (s *memBlocks) bytes() int64 {
+func (s *MemBlocks) bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.used
