@@ -128,9 +128,9 @@ func TestIdleFids(t *testing.T) {
 			t.Fatalf("f%03d: stat gives ino %d, token %d", i, a.Ino, n.Token().Ino)
 		}
 	}
-	c, e := root.fs.conn(bg)
+	c, e := root.fs.ss.Conn(bg)
 	must(t, e, "conn")
-	if k := c.idleFids(); k > idle {
+	if k := c.IdleFids(); k > idle {
 		t.Fatalf("%d idle node fids kept, want at most %d", k, idle)
 	}
 	buf := make([]byte, 10)

@@ -187,7 +187,7 @@ func caching(t *testing.T, root *node) {
 }
 
 // xattrReqs is the Txattrwalks a client sent.
-func xattrReqs(n *node) uint64 { return n.fs.ctr.reqs[p9wire.Txattrwalk].Load() }
+func xattrReqs(n *node) uint64 { return n.fs.ctr.Reqs[p9wire.Txattrwalk].Load() }
 
 // getx is Getxattr's answer as a string, or the errno's.
 func getx(n layer.Node, ctx context.Context, name string) string {

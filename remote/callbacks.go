@@ -15,6 +15,7 @@ import (
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // jreader reads the client's journal (package journal has the protocol):
@@ -27,11 +28,11 @@ type jreader struct {
 
 	mu        sync.Mutex // serializes applying: an old connection's last reply and a new one's
 	uuid      string
-	epoch     uint64 // 0: none seen yet
-	seq       uint64 // the last applied
-	warned    bool   // the fallback was logged
-	cur       *conn  // the connection whose journal is read
-	fid       uint32 // cur's fid of the journal, open
+	epoch     uint64        // 0: none seen yet
+	seq       uint64        // the last applied
+	warned    bool          // the fallback was logged
+	cur       *session.Conn // the connection whose journal is read
+	fid       uint32        // cur's fid of the journal, open
 	onRecord  func(r *journal.Record, events []layer.Event)
 	flushWait time.Duration
 }
@@ -57,15 +58,15 @@ func (j *jreader) id() string {
 // open opens the journal on c, a new connection, and starts reading it.
 // Without a controller the client goes on without a cache. An error is a
 // connection lost meanwhile.
-func (j *jreader) open(c *conn) error {
+func (j *jreader) open(c *session.Conn) error {
 	fs := j.fs
-	root := c.newFid()
+	root := c.NewFid()
 	uid := uint32(os.Geteuid())
-	if err := c.attachAs(root, uid, journal.Aname); err != nil {
-		if errors.Is(err, errLost) {
+	if err := c.AttachAs(root, uid, journal.Aname); err != nil {
+		if errors.Is(err, session.ErrLost) {
 			return err
 		}
-		j.fallback(fmt.Sprintf("attach %s: %v", journal.Aname, errno(err)))
+		j.fallback(fmt.Sprintf("attach %s: %v", journal.Aname, session.Errno(err)))
 		return nil
 	}
 	// root is not clunked: it goes with the connection, and a clunk is
@@ -75,36 +76,29 @@ func (j *jreader) open(c *conn) error {
 	j.mu.Unlock()
 	created := false
 	var q p9wire.Qid
-	fid, _, err := c.walk(root, []string{uuid})
+	fid, _, err := c.Walk(root, []string{uuid})
 	if err == nil {
-		q, _, err = c.lopen(fid, p9wire.WireFlags(unix.O_RDWR))
+		q, _, err = c.Lopen(fid, p9wire.WireFlags(unix.O_RDWR))
 		if err != nil {
-			c.clunk(fid)
+			c.Clunk(fid)
 		}
 	} else if errors.Is(err, syscall.ENOENT) {
 		// Tlcreate makes the fid it is given the new open file.
-		fid, _, err = c.walk(root, nil)
+		fid, _, err = c.Walk(root, nil)
 		if err == nil {
-			var b p9wire.Enc
-			b.U32(fid)
-			b.Str(uuid)
-			b.U32(p9wire.WireFlags(unix.O_RDWR))
-			b.U32(0o600)
-			b.U32(uint32(os.Getegid()))
-			var d *p9wire.Dec
-			if d, err = c.rpc(p9wire.Tlcreate, b.B); err != nil {
-				c.clunk(fid)
-			} else {
-				q = d.Qid()
+			r := p9wire.OpenReply{T: p9wire.Tlcreate}
+			err = c.RPC(&p9wire.Lcreate{Fid: fid, Name: uuid, Flags: p9wire.WireFlags(unix.O_RDWR), Mode: 0o600, Gid: uint32(os.Getegid())}, &r)
+			if err != nil {
+				c.Clunk(fid)
 			}
-			created = true
+			q, created = r.Qid, true
 		}
 	}
 	if err != nil {
-		if errors.Is(err, errLost) {
+		if errors.Is(err, session.ErrLost) {
 			return err
 		}
-		j.fallback(fmt.Sprintf("open journal %s: %v", uuid, errno(err)))
+		j.fallback(fmt.Sprintf("open journal %s: %v", uuid, session.Errno(err)))
 		return nil
 	}
 	if created {
@@ -147,17 +141,17 @@ func (j *jreader) open(c *conn) error {
 const catchUp = time.Second
 
 // ready turns the cache on, c's journal being read and caught up.
-func (j *jreader) ready(c *conn) {
+func (j *jreader) ready(c *session.Conn) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.cur == c && c.alive() {
+	if j.cur == c && c.Alive() {
 		j.fs.cc.On.Store(true)
 	}
 }
 
 // lost turns the cache off when the connection whose journal it reads is
 // lost: until the journal is read again, changes go untold.
-func (j *jreader) lost(c *conn) {
+func (j *jreader) lost(c *session.Conn) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.cur == c {
@@ -194,19 +188,16 @@ func (j *jreader) dropAll() {
 }
 
 // read keeps one read of the journal outstanding on c until c is lost.
-func (j *jreader) read(c *conn, fid uint32) {
+func (j *jreader) read(c *session.Conn, fid uint32) {
 	fs := j.fs
 	for {
 		j.mu.Lock()
 		off := j.seq
 		j.mu.Unlock()
-		var b p9wire.Enc
-		b.U32(fid)
-		b.U64(off)
-		b.U32(uint32(c.ioSize(0)))
 		fs.ctr.journalRequests.Add(1)
-		d, err := c.call(p9wire.Tread, b.B, 0)
-		if errors.Is(err, syscall.EINTR) && c.alive() {
+		r := p9wire.DataReply{T: p9wire.Tread}
+		err := c.Wait(&p9wire.Read{T: p9wire.Tread, Fid: fid, Offset: off, Count: uint32(c.IOSize(0))}, &r)
+		if errors.Is(err, syscall.EINTR) && c.Alive() {
 			// The server cut the read short: a server ending on SIGTERM
 			// answers its reads so, just before the connection goes.
 			// Not a refusal: read again, or see the loss.
@@ -214,19 +205,14 @@ func (j *jreader) read(c *conn, fid uint32) {
 			continue
 		}
 		if err != nil {
-			if !errors.Is(err, errLost) {
+			if !errors.Is(err, session.ErrLost) {
 				// The controller refuses us: no more callbacks, so no cache.
-				j.fallback(fmt.Sprintf("read journal: %v", errno(err)))
+				j.fallback(fmt.Sprintf("read journal: %v", session.Errno(err)))
 			}
 			return
 		}
-		n := int(d.U32())
-		data := d.Take(n)
-		if d.Err != nil {
-			c.fail(p9wire.ErrProto)
-			return
-		}
-		if n == 0 {
+		data := r.Data
+		if len(data) == 0 {
 			// A read returns records or blocks; an empty one is a
 			// controller we do not understand: ask again, not in a spin.
 			time.Sleep(time.Second)
@@ -242,7 +228,7 @@ func (j *jreader) read(c *conn, fid uint32) {
 				j.uuid = newUUID()
 				j.mu.Unlock()
 				j.dropAll()
-				c.fail(p9wire.ErrProto)
+				c.Fail(p9wire.ErrProto)
 				return
 			}
 			data = rest
@@ -330,13 +316,13 @@ func (j *jreader) apply(r *journal.Record) {
 
 // flushDropped reports, now and then, the QIDs the cache let go and no
 // node holds, so the controller stops telling us of them.
-func (j *jreader) flushDropped(c *conn, fid uint32) {
+func (j *jreader) flushDropped(c *session.Conn, fid uint32) {
 	fs := j.fs
 	t := time.NewTicker(j.flushWait)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.dead:
+		case <-c.Dead():
 			return
 		case <-t.C:
 		}
@@ -351,7 +337,7 @@ func (j *jreader) flushDropped(c *conn, fid uint32) {
 		for _, p := range paths {
 			buf = journal.Append(buf, &journal.Record{Kind: journal.Dropped, Epoch: epoch, Qid: p9wire.Qid{Path: p}})
 		}
-		if _, err := c.writeAt(fid, 0, buf, 0); err != nil {
+		if _, err := c.WriteAt(fid, 0, buf, 0); err != nil {
 			return
 		}
 		fs.ctr.dropped.Add(uint64(len(paths)))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // dir lists a remote directory with Treaddir. Offsets are the server's
@@ -31,33 +32,24 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		if e != 0 {
 			return layer.DirEntry{}, false, e
 		}
-		var b p9wire.Enc
-		b.U32(fid)
-		b.U64(d.off)
-		b.U32(uint32(c.ioSize(iounit)))
-		r, err := c.rpc(p9wire.Treaddir, b.B)
+		r := p9wire.DataReply{T: p9wire.Treaddir}
+		err := c.RPC(&p9wire.Read{T: p9wire.Treaddir, Fid: fid, Offset: d.off, Count: uint32(c.IOSize(iounit))}, &r)
 		if err != nil {
-			return layer.DirEntry{}, false, errno(err)
+			return layer.DirEntry{}, false, session.Errno(err)
 		}
 		if d.touch {
 			d.touch = false
 			d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
 		}
-		n := r.U32()
-		data := r.Take(int(n))
-		if r.Err != nil {
-			c.fail(p9wire.ErrProto)
-			return layer.DirEntry{}, false, errno(errLost)
-		}
-		ents := &p9wire.Dec{B: data}
+		ents := &p9wire.Dec{B: r.Data}
 		for len(ents.B) > 0 {
 			q := ents.Qid()
 			off := ents.U64()
 			typ := ents.U8()
 			name := ents.Str()
 			if ents.Err != nil {
-				c.fail(p9wire.ErrProto)
-				return layer.DirEntry{}, false, errno(errLost)
+				c.Fail(p9wire.ErrProto)
+				return layer.DirEntry{}, false, session.Errno(session.ErrLost)
 			}
 			d.buf = append(d.buf, layer.DirEntry{Name: name, Ino: q.Path, Type: uint32(typ) << 12, Off: off})
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/cache"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // handle is an open remote file (or directory, for dir): a fid of its
@@ -24,7 +25,7 @@ type handle struct {
 	flags uint32 // open(2) flags to open again with: no O_TRUNC, O_CREAT, O_EXCL
 
 	mu        sync.Mutex
-	c         *conn
+	c         *session.Conn
 	fid       uint32
 	iounit    uint32
 	released  bool
@@ -41,8 +42,8 @@ var _ layer.Handle = (*handle)(nil)
 
 // use returns the live connection and the handle's fid on it, opening the
 // file again if the connection is new since.
-func (h *handle) use(ctx context.Context) (*conn, uint32, uint32, layer.Errno) {
-	c, e := h.fs.conn(ctx)
+func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.Errno) {
+	c, e := h.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
@@ -126,19 +127,19 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		defer fs.cc.DropTimes(path) // the server's read moved atime
 	}
 	if !fs.cc.On.Load() || uncached {
-		k, err := c.readAt(fid, iounit, dest, off)
+		k, err := c.ReadAt(fid, iounit, dest, off)
 		fs.ctr.bytesFromServer.Add(uint64(k))
 		if err != nil && k == 0 {
-			return 0, errno(err)
+			return 0, session.Errno(err)
 		}
 		return k, 0
 	}
 	start := off / cache.BlockSize * cache.BlockSize
 	end := (off + int64(len(dest)) + cache.BlockSize - 1) / cache.BlockSize * cache.BlockSize
 	buf := make([]byte, end-start)
-	k, err := c.readAt(fid, iounit, buf, start)
+	k, err := c.ReadAt(fid, iounit, buf, start)
 	if err != nil && k == 0 {
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	fs.ctr.bytesFromServer.Add(uint64(k))
 	if err == nil {
@@ -167,7 +168,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 	if e != 0 {
 		return 0, e
 	}
-	k, err := c.writeAt(fid, iounit, data, off)
+	k, err := c.WriteAt(fid, iounit, data, off)
 	h.fs.ctr.writeServerBytes.Add(uint64(k))
 	if k > 0 || err != nil {
 		// What the write changed, wherever it got: an append's offset is
@@ -182,7 +183,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 		h.fs.raiseRange(ctx, layer.Data, h.n.tok, "", off, int64(k))
 	}
 	if err != nil && k == 0 {
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	return k, 0
 }
@@ -235,7 +236,7 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 	h.mu.Unlock()
 	if held {
 		if c, fid, _, e := h.use(ctx); e == 0 {
-			c.lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
+			c.Lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
 		}
 		h.fs.procUnref(owner)
 	}
@@ -261,16 +262,9 @@ func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
 		if e != 0 {
 			return e
 		}
-		var b p9wire.Enc
-		b.U32(fid)
-		if datasync {
-			b.U32(1)
-		} else {
-			b.U32(0)
-		}
-		_, err := c.rpc(p9wire.Tfsync, b.B)
-		if !errors.Is(err, errLost) || time.Now().After(deadline) {
-			return errno(err)
+		err := c.Do(&p9wire.Fsync{Fid: fid, Datasync: datasync})
+		if !errors.Is(err, session.ErrLost) || time.Now().After(deadline) {
+			return session.Errno(err)
 		}
 	}
 }
@@ -283,14 +277,14 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	h.released, h.owners = true, nil
 	h.mu.Unlock()
 	h.fs.released(h)
-	live := c != nil && c.alive()
+	live := c != nil && c.Alive()
 	for o := range owners {
 		if live {
 			if o.flock {
-				c.lock(fid, p9wire.LockUnlock, 0, 0, h.fs.procRef(o.owner), h.fs.clientID)
+				c.Lock(fid, p9wire.LockUnlock, 0, 0, h.fs.procRef(o.owner), h.fs.clientID)
 				h.fs.procUnref(o.owner)
 			} else if proc, held := h.takePosix(o.owner); held {
-				c.lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
+				c.Lock(fid, p9wire.LockUnlock, 0, 0, proc, h.fs.clientID)
 				h.fs.procUnref(o.owner)
 			}
 		}
@@ -301,8 +295,8 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	if !live {
 		return 0 // the fid went with its connection
 	}
-	if err := c.clunk(fid); err != nil && !errors.Is(err, errLost) {
-		return errno(err)
+	if err := c.Clunk(fid); err != nil && !errors.Is(err, session.ErrLost) {
+		return session.Errno(err)
 	}
 	return 0
 }
@@ -323,9 +317,9 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if e != 0 {
 		return 0, e
 	}
-	ra, err := c.getattr(fid)
+	ra, err := c.Getattr(fid)
 	if err != nil {
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	h.fs.overlayAttr(h.n.tok.Ino, &ra.Attr)
 	size := int64(ra.Attr.Size)
@@ -343,28 +337,6 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 // to reading and writing.
 func (h *handle) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, dstOff int64, n int, flags uint32) (int, layer.Errno) {
 	return 0, syscall.EOPNOTSUPP
-}
-
-// lock sends Tlock and returns its status.
-func (c *conn) lock(fid uint32, typ uint8, start, length uint64, proc uint32, client string) (uint8, error) {
-	var b p9wire.Enc
-	b.U32(fid)
-	b.U8(typ)
-	b.U32(0) // never P9_LOCK_FLAGS_BLOCK: a request must not wait on the server
-	b.U64(start)
-	b.U64(length)
-	b.U32(proc)
-	b.Str(client)
-	d, err := c.rpc(p9wire.Tlock, b.B)
-	if err != nil {
-		return p9wire.LockError, err
-	}
-	st := d.U8()
-	if d.Err != nil {
-		c.fail(p9wire.ErrProto)
-		return p9wire.LockError, errLost
-	}
-	return st, nil
 }
 
 // wireLock maps a lock to Tlock's type, start and length (0: to the end).
@@ -419,9 +391,9 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait b
 	defer h.fs.procUnref(owner)
 	delay := 10 * time.Millisecond
 	for {
-		st, err := c.lock(fid, typ, start, length, proc, h.fs.clientID)
+		st, err := c.Lock(fid, typ, start, length, proc, h.fs.clientID)
 		if err != nil {
-			return errno(err)
+			return session.Errno(err)
 		}
 		switch st {
 		case p9wire.LockSuccess:
@@ -498,20 +470,11 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		return syscall.EINVAL
 	}
 	if !h.fs.noGetlock.Load() {
-		var b p9wire.Enc
-		b.U32(fid)
-		b.U8(typ)
-		b.U64(start)
-		b.U64(length)
-		b.U32(h.fs.procRef(owner))
-		b.Str(h.fs.clientID)
-		d, err := c.rpc(p9wire.Tgetlock, b.B)
+		r := p9wire.Getlock{R: true}
+		err := c.RPC(&p9wire.Getlock{Fid: fid, LockType: typ, Start: start, Length: length, ProcID: h.fs.procRef(owner), ClientID: h.fs.clientID}, &r)
 		h.fs.procUnref(owner)
 		if err == nil {
-			rtyp, rstart, rlen := d.U8(), d.U64(), d.U64()
-			if d.Err != nil {
-				return syscall.EIO
-			}
+			rtyp, rstart, rlen := r.LockType, r.Start, r.Length
 			if rtyp == p9wire.LockUnlock {
 				lk.Type = syscall.F_UNLCK
 				return 0
@@ -527,7 +490,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 			lk.Pid = 0 // the holder's proc_id is another client's numbering
 			return 0
 		}
-		if errors.Is(err, errLost) {
+		if errors.Is(err, session.ErrLost) {
 			return syscall.EIO
 		}
 		h.fs.noGetlock.Store(true)
@@ -537,16 +500,16 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 	if e != 0 {
 		return e
 	}
-	defer c.clunk(pfid)
+	defer c.Clunk(pfid)
 	proc := h.fs.procRef(probeOwner)
 	defer h.fs.procUnref(probeOwner)
-	st, err := c.lock(pfid, typ, start, length, proc, h.fs.clientID)
+	st, err := c.Lock(pfid, typ, start, length, proc, h.fs.clientID)
 	if err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
 	switch st {
 	case p9wire.LockSuccess:
-		c.lock(pfid, p9wire.LockUnlock, start, length, proc, h.fs.clientID)
+		c.Lock(pfid, p9wire.LockUnlock, start, length, proc, h.fs.clientID)
 		lk.Type = syscall.F_UNLCK
 	case p9wire.LockBlocked, p9wire.LockGrace:
 		lk.Type = syscall.F_WRLCK

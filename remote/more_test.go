@@ -45,11 +45,11 @@ func TestIdentity(t *testing.T) {
 	d.mu.Lock()
 	f0, f1 := d.fids[0], d.fids[65534]
 	d.mu.Unlock()
-	if f0 == nil || f1 == nil || f0.fid == f1.fid {
+	if f0 == nil || f1 == nil || f0.Num() == f1.Num() {
 		t.Fatalf("fids of root and nobody: %v %v", f0, f1)
 	}
-	r0, _ := f0.c.root(0)
-	r1, _ := f0.c.root(65534)
+	r0, _ := f0.Conn().Root(0)
+	r1, _ := f0.Conn().Root(65534)
 	if r0 == r1 {
 		t.Fatal("one attach for two uids")
 	}

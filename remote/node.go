@@ -10,12 +10,13 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // node is a remote file. It holds no fid of its own identity: a fid per
 // uid and connection, walked by path on first use, so that a node outlives
 // connections and serves every caller as itself; a connection keeps a
-// bounded number of them (see nodeFid).
+// bounded number of them (see session.Fid).
 type node struct {
 	fs     *FS
 	tok    layer.Token
@@ -29,7 +30,7 @@ type node struct {
 	children map[string][]*node // nodes given out for each name, not yet forgotten
 
 	mu   sync.Mutex
-	fids map[uint32]*nodeFid // by uid
+	fids map[uint32]*session.Fid // by uid
 
 	// Under pinMu: a node that delayed writes are written back through
 	// stays in the tree, whatever the kernel forgets, until they are.
@@ -69,9 +70,9 @@ func (n *node) path() ([]string, layer.Errno) {
 // use returns the live connection, the node's fid on it for ctx's caller,
 // the caller, and done, to call when the request no longer uses the fid
 // (never nil).
-func (n *node) use(ctx context.Context) (*conn, uint32, ident, func(), layer.Errno) {
+func (n *node) use(ctx context.Context) (*session.Conn, uint32, ident, func(), layer.Errno) {
 	id := identOf(ctx)
-	c, e := n.fs.conn(ctx)
+	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, 0, id, noop, e
 	}
@@ -82,34 +83,34 @@ func (n *node) use(ctx context.Context) (*conn, uint32, ident, func(), layer.Err
 // fidOn returns the node's fid for uid on c, walking it from uid's attach
 // by the node's path if it has none there yet, and done, to call when the
 // caller no longer uses it (never nil): until then it stays the node's.
-func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
+func (n *node) fidOn(c *session.Conn, uid uint32) (uint32, func(), layer.Errno) {
 	n.mu.Lock()
 	f := n.fids[uid]
 	n.mu.Unlock()
-	if f != nil && f.c == c {
-		if ok, pathless := f.pin(); ok {
+	if f != nil && f.Conn() == c {
+		if ok, pathless := f.Pin(); ok {
 			if !pathless {
-				return f.fid, f.unpin, 0
+				return f.Num(), f.Unpin, 0
 			}
 			// On servers that keep a path per fid (diod) it reaches
 			// whatever has the name now, or nothing.
-			ra, err := c.getattr(f.fid)
-			if err == nil && token(&ra) == n.tok {
-				return f.fid, f.unpin, 0
+			ra, err := c.Getattr(f.Num())
+			if err == nil && session.Token(&ra) == n.tok {
+				return f.Num(), f.Unpin, 0
 			}
-			f.unpin()
-			if err != nil && errors.Is(err, errLost) {
-				return 0, noop, errno(err)
+			f.Unpin()
+			if err != nil && errors.Is(err, session.ErrLost) {
+				return 0, noop, session.Errno(err)
 			}
-			n.forgetFid(f)
-			f.drop()
+			n.forgetFid(uid, f)
+			f.Drop()
 			return 0, noop, syscall.ESTALE
 		}
 	}
 	if n.isRoot {
-		rfid, err := c.root(uid)
+		rfid, err := c.Root(uid)
 		if err != nil {
-			return 0, noop, errno(err)
+			return 0, noop, session.Errno(err)
 		}
 		return rfid, noop, 0 // the attach itself: clunked with its connection only
 	}
@@ -118,49 +119,49 @@ func (n *node) fidOn(c *conn, uid uint32) (uint32, func(), layer.Errno) {
 		return 0, noop, e
 	}
 	n.mu.Lock()
-	if f := n.fids[uid]; f != nil && f.c == c {
-		if ok, _ := f.pin(); ok {
+	if f := n.fids[uid]; f != nil && f.Conn() == c {
+		if ok, _ := f.Pin(); ok {
 			n.mu.Unlock()
-			go c.clunk(fid) // another request walked it meanwhile
-			return f.fid, f.unpin, 0
+			go c.Clunk(fid) // another request walked it meanwhile
+			return f.Num(), f.Unpin, 0
 		}
 	}
-	nf := newNodeFid(c, n, uid, fid)
+	nf := n.ownFid(c, uid, fid)
 	n.fids[uid] = nf
 	n.mu.Unlock()
-	return fid, nf.unpin, 0
+	return fid, nf.Unpin, 0
 }
 
 // walkPath walks a new fid of the node from uid's attach by its path.
-func (n *node) walkPath(c *conn, uid uint32) (uint32, layer.Errno) {
-	rfid, err := c.root(uid)
+func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
+	rfid, err := c.Root(uid)
 	if err != nil {
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	names, e := n.path()
 	if e != 0 {
 		return 0, e
 	}
-	fid, q, err := c.walk(rfid, names)
+	fid, q, err := c.Walk(rfid, names)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
 			return 0, syscall.ESTALE // renamed or removed beside us
 		}
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	if q.Path != n.tok.Ino {
-		c.clunk(fid)
+		c.Clunk(fid)
 		return 0, syscall.ESTALE // the path names another file now
 	}
 	return fid, 0
 }
 
 // hasFid tells whether the node has a fid for uid on c.
-func (n *node) hasFid(c *conn, uid uint32) bool {
+func (n *node) hasFid(c *session.Conn, uid uint32) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f := n.fids[uid]
-	return f != nil && f.c == c
+	return f != nil && f.Conn() == c
 }
 
 // Forget clunks the node's fids and leaves the tree; a node pinned by
@@ -230,7 +231,7 @@ func (n *node) keepFids() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, f := range n.fids {
-		f.keep()
+		f.SetPathless()
 	}
 }
 
@@ -239,10 +240,10 @@ func (n *node) keepFids() {
 func (n *node) dropFids() {
 	n.mu.Lock()
 	fids := n.fids
-	n.fids = map[uint32]*nodeFid{}
+	n.fids = map[uint32]*session.Fid{}
 	n.mu.Unlock()
 	for _, f := range fids {
-		f.drop()
+		f.Drop()
 	}
 }
 
@@ -300,7 +301,7 @@ func validName(name string) layer.Errno {
 }
 
 // useDir is use for an operation on name in the directory n.
-func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, func(), layer.Errno) {
+func (n *node) useDir(ctx context.Context, name string) (*session.Conn, uint32, ident, func(), layer.Errno) {
 	if e := validName(name); e != 0 {
 		return nil, 0, ident{}, noop, e
 	}
@@ -311,25 +312,25 @@ func (n *node) useDir(ctx context.Context, name string) (*conn, uint32, ident, f
 // fid for uid. With want, the file must be that one: if the name is
 // another file's, child fails with ESTALE. What it learns is cached if
 // nothing changed it since snapshot since.
-func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
-	fid, q, err := c.walk(dfid, []string{name})
+func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
+	fid, q, err := c.Walk(dfid, []string{name})
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) && want == nil {
 			n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
 		}
-		return nil, errno(err)
+		return nil, session.Errno(err)
 	}
 	if want != nil && q.Path != want.Path {
-		c.clunk(fid)
+		c.Clunk(fid)
 		return nil, syscall.ESTALE
 	}
 	wb := n.fs.wbGen(q.Path)
-	ra, err := c.getattr(fid)
+	ra, err := c.Getattr(fid)
 	if err != nil {
-		c.clunk(fid)
-		return nil, errno(err)
+		c.Clunk(fid)
+		return nil, session.Errno(err)
 	}
-	tok := token(&ra)
+	tok := session.Token(&ra)
 	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
 	// The server's attributes, with what this client knows better: the
 	// size and times of its delayed writes (a hard link's reply names a
@@ -337,16 +338,16 @@ func (n *node) child(c *conn, dfid, uid uint32, name string, want *p9wire.Qid, o
 	*out = ra.Attr
 	if !n.fs.overlayAttrSince(q.Path, out, wb) {
 		// A write-back crossed the getattr: its size may predate it.
-		if ra, err = c.getattr(fid); err == nil {
+		if ra, err = c.Getattr(fid); err == nil {
 			*out = ra.Attr
 		}
 		n.fs.overlayAttr(q.Path, out)
 	}
 	ch := n.fs.newNode(tok)
-	f := newNodeFid(c, ch, uid, fid)
+	f := ch.ownFid(c, uid, fid)
 	ch.fids[uid] = f
 	n.adopt(name, ch)
-	f.unpin() // idle now
+	f.Unpin() // idle now
 	return ch, 0
 }
 
@@ -380,11 +381,11 @@ func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, sin
 	if e != 0 {
 		return e
 	}
-	ra, err := c.getattr(fid)
+	ra, err := c.Getattr(fid)
 	if err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
-	if tok := token(&ra); tok == n.tok {
+	if tok := session.Token(&ra); tok == n.tok {
 		cc.PutAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
@@ -393,7 +394,7 @@ func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, sin
 
 // fidFor is the fid to act on the node with: h's, which reaches the file
 // even after it was removed, or the node's.
-func (n *node) fidFor(ctx context.Context, h layer.Handle) (*conn, uint32, func(), layer.Errno) {
+func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint32, func(), layer.Errno) {
 	if f, ok := h.(*handle); ok && f.n == n {
 		c, fid, _, e := f.use(ctx)
 		return c, fid, noop, e
@@ -419,9 +420,9 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		// 9P cannot ask for it: clear the bits as a write by the caller
 		// would, setgid only with group execute (else it marks mandatory
 		// locking).
-		ra, err := c.getattr(fid)
+		ra, err := c.Getattr(fid)
 		if err != nil {
-			return errno(err)
+			return session.Errno(err)
 		}
 		m := ra.Attr.Mode
 		kill := uint32(unix.S_ISUID)
@@ -461,19 +462,10 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		valid |= p9wire.SetattrCtime
 	}
 	if valid != 0 {
-		var b p9wire.Enc
-		b.U32(fid)
-		b.U32(valid)
-		b.U32(mode)
-		b.U32(in.Uid)
-		b.U32(in.Gid)
-		b.U64(in.Size)
-		b.U64(atime[0])
-		b.U64(atime[1])
-		b.U64(mtime[0])
-		b.U64(mtime[1])
-		if _, err := c.rpc(p9wire.Tsetattr, b.B); err != nil {
-			return errno(err)
+		req := p9wire.Setattr{Fid: fid, Valid: valid, Mode: mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
+			Atime: atime[0], AtimeNsec: atime[1], Mtime: mtime[0], MtimeNsec: mtime[1]}
+		if err := c.Do(&req); err != nil {
+			return session.Errno(err)
 		}
 		made = true
 		kind := layer.Attrs
@@ -486,11 +478,11 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		n.fs.raise(ctx, kind, n.tok, "")
 	}
 	since := n.fs.cc.Snap()
-	ra, err := c.getattr(fid)
+	ra, err := c.Getattr(fid)
 	if err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
-	if tok := token(&ra); tok == n.tok {
+	if tok := session.Token(&ra); tok == n.tok {
 		n.fs.cc.PutAttr(since, tok.Ino, tok.Gen, &ra.Attr)
 	}
 	*out = ra.Attr
@@ -555,12 +547,12 @@ func (n *node) spriteAttr(ctx context.Context, out *layer.Attr) {
 // newMode is the mode to create an object with in the directory dfid:
 // the caller's mode masked by its umask, unless the directory has a
 // default ACL, which the server's file system then applies instead.
-func (n *node) newMode(c *conn, dfid uint32, id ident, mode uint32) uint32 {
+func (n *node) newMode(c *session.Conn, dfid uint32, id ident, mode uint32) uint32 {
 	if id.umask&0o777 == 0 {
 		return mode
 	}
-	if fid, _, err := c.xattrwalk(dfid, "system.posix_acl_default"); err == nil {
-		c.clunk(fid)
+	if fid, _, err := c.Xattrwalk(dfid, "system.posix_acl_default"); err == nil {
+		c.Clunk(fid)
 		return mode
 	}
 	return mode &^ (id.umask & 0o777)
@@ -568,14 +560,14 @@ func (n *node) newMode(c *conn, dfid uint32, id ident, mode uint32) uint32 {
 
 // make runs mk (which sends the creating request) as the caller, then
 // returns the node it made.
-func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c *conn, dfid uint32, id ident) error) (layer.Node, layer.Errno) {
+func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c *session.Conn, dfid uint32, id ident) error) (layer.Node, layer.Errno) {
 	c, dfid, id, done, e := n.useDir(ctx, name)
 	defer done()
 	if e != 0 {
 		return nil, e
 	}
 	if err := mk(c, dfid, id); err != nil {
-		return nil, errno(err)
+		return nil, session.Errno(err)
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
@@ -587,40 +579,23 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.Str(name)
-		b.U32(n.newMode(c, dfid, id, mode&0o7777))
-		b.U32(id.gid)
-		_, err := c.rpc(p9wire.Tmkdir, b.B)
-		return err
+	return n.make(ctx, name, out, func(c *session.Conn, dfid uint32, id ident) error {
+		return c.RPC(&p9wire.Mkdir{Dfid: dfid, Name: name, Mode: n.newMode(c, dfid, id, mode&0o7777), Gid: id.gid},
+			&p9wire.QidReply{T: p9wire.Tmkdir})
 	})
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint64, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.Str(name)
-		b.U32(mode&unix.S_IFMT | n.newMode(c, dfid, id, mode&0o7777))
-		b.U32(unix.Major(dev))
-		b.U32(unix.Minor(dev))
-		b.U32(id.gid)
-		_, err := c.rpc(p9wire.Tmknod, b.B)
-		return err
+	return n.make(ctx, name, out, func(c *session.Conn, dfid uint32, id ident) error {
+		return c.RPC(&p9wire.Mknod{Dfid: dfid, Name: name, Mode: mode&unix.S_IFMT | n.newMode(c, dfid, id, mode&0o7777),
+			Major: unix.Major(dev), Minor: unix.Minor(dev), Gid: id.gid}, &p9wire.QidReply{T: p9wire.Tmknod})
 	})
 }
 
 func (n *node) Symlink(ctx context.Context, target []byte, name string, out *layer.Attr) (layer.Node, layer.Errno) {
-	return n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.Str(name)
-		b.Str(string(target))
-		b.U32(id.gid)
-		_, err := c.rpc(p9wire.Tsymlink, b.B)
-		return err
+	return n.make(ctx, name, out, func(c *session.Conn, dfid uint32, id ident) error {
+		return c.RPC(&p9wire.Symlink{Fid: dfid, Name: name, Target: string(target), Gid: id.gid},
+			&p9wire.QidReply{T: p9wire.Tsymlink})
 	})
 }
 
@@ -629,18 +604,13 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 	if !ok || t.fs != n.fs {
 		return nil, syscall.EXDEV
 	}
-	ch, e := n.make(ctx, name, out, func(c *conn, dfid uint32, id ident) error {
+	ch, e := n.make(ctx, name, out, func(c *session.Conn, dfid uint32, id ident) error {
 		tfid, tdone, e := t.fidOn(c, id.uid)
 		defer tdone()
 		if e != 0 {
 			return e
 		}
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.U32(tfid)
-		b.Str(name)
-		_, err := c.rpc(p9wire.Tlink, b.B)
-		return err
+		return c.Do(&p9wire.Link{Dfid: dfid, Fid: tfid, Name: name})
 	})
 	if e == 0 {
 		n.fs.cc.DropAttrs(t.tok.Ino)
@@ -657,23 +627,18 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	// Tlcreate turns the fid it is given into the new open file: give it
 	// a clone of the directory's.
-	hfid, _, err := c.walk(dfid, nil)
+	hfid, _, err := c.Walk(dfid, nil)
 	if err != nil {
-		return nil, nil, errno(err)
+		return nil, nil, session.Errno(err)
 	}
-	var b p9wire.Enc
-	b.U32(hfid)
-	b.Str(name)
-	b.U32(openFlags(flags | unix.O_CREAT))
-	b.U32(n.newMode(c, dfid, id, mode&0o7777))
-	b.U32(id.gid)
-	d, err := c.rpc(p9wire.Tlcreate, b.B)
+	r := p9wire.OpenReply{T: p9wire.Tlcreate}
+	err = c.RPC(&p9wire.Lcreate{Fid: hfid, Name: name, Flags: openFlags(flags | unix.O_CREAT),
+		Mode: n.newMode(c, dfid, id, mode&0o7777), Gid: id.gid}, &r)
 	if err != nil {
-		c.clunk(hfid)
-		return nil, nil, errno(err)
+		c.Clunk(hfid)
+		return nil, nil, session.Errno(err)
 	}
-	q := d.Qid()
-	iounit := d.U32()
+	q, iounit := r.Qid, r.Iounit
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.cc.DropData(q.Path, 0, 0) // O_TRUNC, or an old file's QID reused
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
@@ -683,13 +648,13 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.
-		ra, err := c.getattr(hfid)
+		ra, err := c.Getattr(hfid)
 		if err != nil {
-			c.clunk(hfid)
-			return nil, nil, errno(err)
+			c.Clunk(hfid)
+			return nil, nil, session.Errno(err)
 		}
 		*out = ra.Attr
-		ch = n.fs.newNode(token(&ra))
+		ch = n.fs.newNode(session.Token(&ra))
 	}
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	// (An Uncache of the new file that came before this reply is lost in
@@ -720,7 +685,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	}
 	known := n.known(name)
 	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
 	for _, p := range known {
 		n.fs.unlinked(p) // before its attributes go: the link count tells
@@ -754,18 +719,18 @@ func (n *node) known(name string) []uint64 {
 // raiseGone tells subscribers about the file that name in dfid is, whose
 // link count or ctime is about to change. It costs a walk and a getattr,
 // so only when someone listens.
-func (n *node) raiseGone(ctx context.Context, c *conn, dfid, uid uint32, name string) {
+func (n *node) raiseGone(ctx context.Context, c *session.Conn, dfid, uid uint32, name string) {
 	if !n.fs.st.Events().Active() {
 		return
 	}
-	fid, _, err := c.walk(dfid, []string{name})
+	fid, _, err := c.Walk(dfid, []string{name})
 	if err != nil {
 		return
 	}
-	ra, err := c.getattr(fid)
-	c.clunk(fid)
+	ra, err := c.Getattr(fid)
+	c.Clunk(fid)
 	if err == nil {
-		n.fs.raise(ctx, layer.Attrs, token(&ra), "")
+		n.fs.raise(ctx, layer.Attrs, session.Token(&ra), "")
 	}
 }
 
@@ -796,19 +761,19 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		return e
 	}
 	if flags&unix.RENAME_NOREPLACE != 0 {
-		fid, _, err := c.walk(ndfid, []string{newName})
+		fid, _, err := c.Walk(ndfid, []string{newName})
 		if err == nil {
-			c.clunk(fid)
+			c.Clunk(fid)
 			return syscall.EEXIST
 		}
-		if e := errno(err); e != syscall.ENOENT {
+		if e := session.Errno(err); e != syscall.ENOENT {
 			return e
 		}
 	}
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
 	known := append(n.known(name), d.known(newName)...)
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.cc.DropEntry(d.tok.Ino, newName)
@@ -868,23 +833,18 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	var b p9wire.Enc
-	b.U32(fid)
-	d, err := c.rpc(p9wire.Treadlink, b.B)
-	if err != nil {
-		return nil, errno(err)
+	var r p9wire.ReadlinkReply
+	if err := c.RPC(&p9wire.FidReq{T: p9wire.Treadlink, Fid: fid}, &r); err != nil {
+		return nil, session.Errno(err)
 	}
-	target := d.Str()
-	if d.Err != nil {
-		return nil, syscall.EIO
-	}
+	target := r.Target
 	n.fs.cc.PutLink(since, n.tok.Ino, []byte(target))
 	return []byte(target), 0
 }
 
 // newFid is a new fid of the node for uid on c, to open: a clone of the
 // node's, or, if it has none, walked by path (one walk, not two).
-func (n *node) newFid(c *conn, uid uint32) (uint32, layer.Errno) {
+func (n *node) newFid(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 	if !n.isRoot && !n.hasFid(c, uid) {
 		if fid, e := n.walkPath(c, uid); e != syscall.ESTALE {
 			return fid, e
@@ -894,25 +854,25 @@ func (n *node) newFid(c *conn, uid uint32) (uint32, layer.Errno) {
 	if e != 0 {
 		return 0, e
 	}
-	fid, _, err := c.walk(nfid, nil)
+	fid, _, err := c.Walk(nfid, nil)
 	done()
-	return fid, errno(err)
+	return fid, session.Errno(err)
 }
 
 // openFid makes a new fid of the node for uid and opens it with flags
 // (open(2)'s).
-func (n *node) openFid(c *conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+func (n *node) openFid(c *session.Conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
 	if fid, e = n.newFid(c, uid); e != 0 {
 		return 0, 0, q, e
 	}
-	q, iounit, err := c.lopen(fid, openFlags(flags))
+	q, iounit, err := c.Lopen(fid, openFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
-		q, iounit, err = c.lopen(fid, openFlags(flags&^unix.O_NOATIME))
+		q, iounit, err = c.Lopen(fid, openFlags(flags&^unix.O_NOATIME))
 	}
 	if err != nil {
-		c.clunk(fid)
-		return 0, 0, q, errno(err)
+		c.Clunk(fid)
+		return 0, 0, q, session.Errno(err)
 	}
 	return fid, iounit, q, 0
 }
@@ -930,7 +890,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	defer n.fs.openOf(n.tok.Ino)()
 	since := cc.Snap()
 	uncaches := n.fs.uncachesOf(n.tok.Ino)
-	c, e := n.fs.conn(ctx)
+	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e
 	}
@@ -959,7 +919,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	}
 	n.fs.miss(kindDir)
 	since := cc.Snap()
-	c, e := n.fs.conn(ctx)
+	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e
 	}
@@ -977,22 +937,12 @@ func (n *node) Statfs(ctx context.Context, out *layer.Statfs) layer.Errno {
 	if e != 0 {
 		return e
 	}
-	var b p9wire.Enc
-	b.U32(fid)
-	d, err := c.rpc(p9wire.Tstatfs, b.B)
-	if err != nil {
-		return errno(err)
+	var r p9wire.StatfsReply
+	if err := c.RPC(&p9wire.FidReq{T: p9wire.Tstatfs, Fid: fid}, &r); err != nil {
+		return session.Errno(err)
 	}
-	d.U32() // type
-	bsize := d.U32()
-	*out = layer.Statfs{Bsize: bsize, Frsize: bsize}
-	out.Blocks, out.Bfree, out.Bavail = d.U64(), d.U64(), d.U64()
-	out.Files, out.Ffree = d.U64(), d.U64()
-	d.U64() // fsid
-	out.NameLen = d.U32()
-	if d.Err != nil {
-		return syscall.EIO
-	}
+	*out = layer.Statfs{Bsize: r.Bsize, Frsize: r.Bsize, Blocks: r.Blocks, Bfree: r.Bfree, Bavail: r.Bavail,
+		Files: r.Files, Ffree: r.Ffree, NameLen: r.Namelen}
 	return 0
 }
 
@@ -1003,69 +953,53 @@ func unsupported(err error) bool {
 
 // renameat sends Trenameat, or for servers without it (diod before 1.0.25)
 // the older Trename, which names the file by a fid.
-func (fs *FS) renameat(c *conn, dfid uint32, name string, ndfid uint32, newName string) error {
+func (fs *FS) renameat(c *session.Conn, dfid uint32, name string, ndfid uint32, newName string) error {
 	if !fs.noRenameat.Load() {
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.Str(name)
-		b.U32(ndfid)
-		b.Str(newName)
-		_, err := c.rpc(p9wire.Trenameat, b.B)
+		err := c.Do(&p9wire.Renameat{OldDfid: dfid, OldName: name, NewDfid: ndfid, NewName: newName})
 		if !unsupported(err) {
 			return err
 		}
 		fs.noRenameat.Store(true)
 	}
-	fid, _, err := c.walk(dfid, []string{name})
+	fid, _, err := c.Walk(dfid, []string{name})
 	if err != nil {
 		return err
 	}
-	defer c.clunk(fid)
-	var b p9wire.Enc
-	b.U32(fid)
-	b.U32(ndfid)
-	b.Str(newName)
-	_, err = c.rpc(p9wire.Trename, b.B)
-	return err
+	defer c.Clunk(fid)
+	return c.Do(&p9wire.Rename{Fid: fid, Dfid: ndfid, Name: newName})
 }
 
 // unlinkat sends Tunlinkat, or for servers without it Tremove on a fid
 // walked to the name (which a directory's emptiness or the flags then
 // decide alike: Tremove removes either kind).
-func (fs *FS) unlinkat(c *conn, dfid uint32, name string, flags uint32) error {
+func (fs *FS) unlinkat(c *session.Conn, dfid uint32, name string, flags uint32) error {
 	if !fs.noUnlinkat.Load() {
-		var b p9wire.Enc
-		b.U32(dfid)
-		b.Str(name)
-		b.U32(flags)
-		_, err := c.rpc(p9wire.Tunlinkat, b.B)
+		err := c.Do(&p9wire.Unlinkat{Dfid: dfid, Name: name, Flags: flags})
 		if !unsupported(err) {
 			return err
 		}
 		fs.noUnlinkat.Store(true)
 	}
-	fid, _, err := c.walk(dfid, []string{name})
+	fid, _, err := c.Walk(dfid, []string{name})
 	if err != nil {
 		return err
 	}
-	ra, err := c.getattr(fid)
+	ra, err := c.Getattr(fid)
 	if err != nil {
-		c.clunk(fid)
+		c.Clunk(fid)
 		return err
 	}
 	isDir := ra.Attr.Mode&unix.S_IFMT == unix.S_IFDIR
 	if isDir != (flags&unix.AT_REMOVEDIR != 0) {
-		c.clunk(fid)
+		c.Clunk(fid)
 		if isDir {
 			return syscall.EISDIR
 		}
 		return syscall.ENOTDIR
 	}
-	var b p9wire.Enc
-	b.U32(fid)
-	_, err = c.rpc(p9wire.Tremove, b.B)
-	if err == nil || !errors.Is(err, errLost) {
-		c.putFid(fid) // Tremove clunks, whatever it answers
+	err = c.Do(&p9wire.FidReq{T: p9wire.Tremove, Fid: fid})
+	if err == nil || !errors.Is(err, session.ErrLost) {
+		c.PutFid(fid) // Tremove clunks, whatever it answers
 	}
 	return err
 }

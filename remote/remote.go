@@ -57,7 +57,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -66,6 +65,7 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote/cache"
+	"github.com/shalefs/shale/remote/session"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -113,27 +113,17 @@ const (
 	// DefaultCacheSize is the file data a client caches by default.
 	DefaultCacheSize    = 256 << 20
 	defaultCacheEntries = 1 << 16
-	backoffMin          = 100 * time.Millisecond
-	backoffMax          = 5 * time.Second
 )
 
 // FS is a client of one remote tree.
 type FS struct {
 	st       *stack.Stack
-	dial     func(ctx context.Context) (net.Conn, error)
-	aname    string
+	ss       *session.Session
 	where    string // the server, for errors: "9p server at " + where
 	timeout  time.Duration
-	msize    uint32
-	idleFids int
 	log      *slog.Logger
 	clientID string // names this client's locks on the server
-
-	mu      sync.Mutex
-	cur     *conn         // nil while disconnected
-	ready   chan struct{} // closed when cur is set again
-	dialing bool
-	closed  bool
+	closing  sync.Once
 
 	tree sync.Mutex // every node's parent, name and children
 
@@ -181,9 +171,8 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 }
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
-	fs := &FS{st: st, dial: dial, where: where, aname: aname, timeout: opts.Timeout, msize: opts.Msize, log: opts.Logger,
-		idleFids: opts.idleFids, procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{},
-		posix: map[posixLock]bool{}, ready: make(chan struct{}),
+	fs := &FS{st: st, where: where, timeout: opts.Timeout, log: opts.Logger,
+		procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{}, posix: map[posixLock]bool{},
 		writeDelay: opts.WriteDelay, dirtyMax: opts.DirtyMax, sfiles: map[uint64]*sfile{}, done: make(chan struct{})}
 	if fs.lostDir = opts.LostDir; fs.lostDir == "" {
 		fs.lostDir = defaultLostDir()
@@ -197,11 +186,11 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}
-	if fs.msize == 0 {
-		fs.msize = defaultMsize
+	if opts.Msize == 0 {
+		opts.Msize = defaultMsize
 	}
-	if fs.idleFids <= 0 {
-		fs.idleFids = defaultIdleFids
+	if opts.idleFids <= 0 {
+		opts.idleFids = defaultIdleFids
 	}
 	if fs.log == nil {
 		fs.log = slog.New(slog.DiscardHandler)
@@ -211,26 +200,33 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	if err := fs.setupCache(where+"/"+aname, opts); err != nil {
 		return nil, err
 	}
-	c, err := fs.connect(ctx)
+	fs.ss = session.New(dial, session.ConnOptions{Msize: opts.Msize, Timeout: fs.timeout, Aname: aname,
+		MaxIdle: opts.idleFids, Log: fs.log, Ctr: &fs.ctr.Counters})
+	if fs.jr != nil {
+		// Before anything else on a new connection: the journal, so that
+		// what the connection returns counts as cached, and with it the
+		// reclaim of delayed writes (callbacks.go, sprite.go).
+		fs.ss.Then("opening the journal", fs.jr.open)
+		fs.ss.OnLost(fs.jr.lost)
+	}
+	c, err := fs.ss.Start(ctx)
 	if err != nil {
 		fs.closeCache()
 		return nil, fmt.Errorf("9p server at %s %w", where, err)
 	}
-	fs.cur = c
-	close(fs.ready)
 	id := identOf(ctx)
-	rfid, err := c.root(id.uid)
+	rfid, err := c.Root(id.uid)
 	if err != nil {
 		// Closed, so that the loss of c dials no more.
 		fs.Close()
-		return nil, fmt.Errorf("9p server at %s refused to attach %q as uid %d (%v): check the tree's name (the URL's path, or ?aname= on a unix socket) and that the server exports it to this user", where, aname, id.uid, errno(err))
+		return nil, fmt.Errorf("9p server at %s refused to attach %q as uid %d (%v): check the tree's name (the URL's path, or ?aname= on a unix socket) and that the server exports it to this user", where, aname, id.uid, session.Errno(err))
 	}
-	ra, err := c.getattr(rfid)
+	ra, err := c.Getattr(rfid)
 	if err != nil {
 		fs.Close()
-		return nil, fmt.Errorf("9p server at %s attached %q but cannot stat its root (%v): check the exported directory on the server", where, aname, errno(err))
+		return nil, fmt.Errorf("9p server at %s attached %q but cannot stat its root (%v): check the exported directory on the server", where, aname, session.Errno(err))
 	}
-	root := fs.newNode(token(&ra))
+	root := fs.newNode(session.Token(&ra))
 	root.isRoot = true
 	if fs.writeDelay > 0 {
 		go fs.flusher()
@@ -289,7 +285,7 @@ func (fs *FS) newNode(tok layer.Token) *node {
 	l.n++
 	fs.live[tok.Ino] = l
 	fs.liveMu.Unlock()
-	return &node{fs: fs, tok: tok, fids: map[uint32]*nodeFid{}}
+	return &node{fs: fs, tok: tok, fids: map[uint32]*session.Fid{}}
 }
 
 // forgot counts a node of tok no more.
@@ -330,151 +326,22 @@ func (fs *FS) genOf(path uint64) uint64 {
 	return fs.cc.GenOf(path)
 }
 
-// connect dials and negotiates a connection.
-func (fs *FS) connect(ctx context.Context) (*conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, fs.timeout)
-	defer cancel()
-	nc, err := fs.dial(dctx)
-	if err != nil {
-		if errors.Is(err, p9net.ErrAuth) {
-			return nil, fmt.Errorf("refused the key: %v", err)
-		}
-		if u := errors.Unwrap(err); u != nil {
-			err = u // p9net's "connect to ADDR" says again where
-		}
-		return nil, fmt.Errorf("cannot be reached (%v): is it running, and is the address right?", err)
-	}
-	c, err := newConn(nc, fs.msize, fs.timeout, fs.aname, fs.idleFids, fs.log, &fs.ctr, fs.lost)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	if fs.jr != nil {
-		// Before anything else on the connection: what it returns must
-		// count as cached.
-		if err := fs.jr.open(c); err != nil {
-			c.close()
-			return nil, fmt.Errorf("lost the connection while opening the journal (%v): is it running?", err)
-		}
-	}
-	return c, nil
-}
-
-// lost is called when c fails: the client dials again in the background.
-func (fs *FS) lost(c *conn) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.jr != nil {
-		fs.jr.lost(c)
-	}
-	if fs.cur != c {
-		return
-	}
-	fs.cur = nil
-	fs.ready = make(chan struct{})
-	if !fs.closed && !fs.dialing {
-		fs.dialing = true
-		go fs.redial()
-	}
-}
-
-// redial dials until it has a connection or the client is closed.
-func (fs *FS) redial() {
-	wait := backoffMin
-	for {
-		fs.mu.Lock()
-		closed := fs.closed
-		fs.mu.Unlock()
-		if closed {
-			return
-		}
-		c, err := fs.connect(context.Background())
-		if err == nil {
-			fs.mu.Lock()
-			fs.dialing = false
-			if fs.closed {
-				fs.mu.Unlock()
-				c.close()
-				return
-			}
-			fs.cur = c
-			close(fs.ready)
-			fs.mu.Unlock()
-			fs.log.Info("9p connection restored")
-			return
-		}
-		fs.log.Debug("9p redial", "err", err, "next", wait)
-		time.Sleep(wait)
-		wait = min(2*wait, backoffMax)
-	}
-}
-
-func (fs *FS) isClosed() bool {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.closed
-}
-
-// conn returns the live connection, waiting up to the timeout for one.
-func (fs *FS) conn(ctx context.Context) (*conn, layer.Errno) {
-	var timer *time.Timer
-	for {
-		fs.mu.Lock()
-		c, ready, closed := fs.cur, fs.ready, fs.closed
-		fs.mu.Unlock()
-		if closed {
-			return nil, syscall.EIO
-		}
-		if c != nil && c.alive() {
-			return c, 0
-		}
-		if c != nil {
-			// It failed and is about to report it (fail calls lost).
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if timer == nil {
-			timer = time.NewTimer(fs.timeout)
-			defer timer.Stop()
-		}
-		select {
-		case <-ready:
-		case <-timer.C:
-			return nil, syscall.EIO
-		case <-ctx.Done():
-			return nil, syscall.EINTR
-		}
-	}
-}
-
 // Close ends the client: its connection, and every request after; a
 // disk cache is saved, to be used by the next client of its directory.
 func (fs *FS) Close() error {
-	fs.mu.Lock()
-	closed := fs.closed
-	fs.mu.Unlock()
-	if closed {
-		return nil
-	}
-	// Delayed writes go to the server before the connection does, within
-	// one timeout in all.
-	ctx, cancel := context.WithTimeout(context.Background(), fs.timeout)
-	fs.writeBackAll(ctx, wbUnmount)
-	cancel()
-	fs.leaving()
-	fs.mu.Lock()
-	if fs.closed {
-		fs.mu.Unlock()
-		return nil
-	}
-	fs.closed = true
-	close(fs.done)
-	c := fs.cur
-	fs.mu.Unlock()
-	if c != nil {
-		c.close()
-	}
-	return fs.closeCache()
+	var err error
+	fs.closing.Do(func() {
+		// Delayed writes go to the server before the connection does,
+		// within one timeout in all.
+		ctx, cancel := context.WithTimeout(context.Background(), fs.timeout)
+		fs.writeBackAll(ctx, wbUnmount)
+		cancel()
+		fs.leaving()
+		close(fs.done)
+		fs.ss.Close()
+		err = fs.closeCache()
+	})
+	return err
 }
 
 func (fs *FS) closeCache() error {

@@ -13,6 +13,7 @@ import (
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // Sprite's consistency rules (seeds/001, docs/sprite.md), with a server
@@ -77,7 +78,7 @@ type sfile struct {
 }
 
 type wbFid struct {
-	c           *conn
+	c           *session.Conn
 	fid, iounit uint32
 }
 
@@ -274,7 +275,7 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 		// opened again on a new connection takes it).
 		sf.mu.Unlock()
 		if wb != nil {
-			wb.c.clunk(wb.fid)
+			wb.c.Clunk(wb.fid)
 		}
 		var e layer.Errno
 		if size, e = h.size(ctx); e != 0 {
@@ -289,7 +290,7 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 		}
 	}
 	if wb != nil {
-		defer wb.c.clunk(wb.fid)
+		defer wb.c.Clunk(wb.fid)
 	}
 	if sf.uncached.Load() {
 		sf.mu.Unlock()
@@ -311,7 +312,7 @@ func (h *handle) delayWrite(ctx context.Context, data []byte, off int64) (bool, 
 // openWriteBack opens a fid of h's file to write its delayed data back
 // through; nil if it cannot now (the write-back then walks by name).
 func (h *handle) openWriteBack(ctx context.Context) *wbFid {
-	c, e := h.fs.conn(ctx)
+	c, e := h.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil
 	}
@@ -325,14 +326,14 @@ func (h *handle) openWriteBack(ctx context.Context) *wbFid {
 // writeBackOpen opens a new fid of n for uid with journal.WriteBack.
 // refused is the server's ESTALE to the open itself (not to the walk: a
 // file removed): another client wrote the file since this one did.
-func (n *node) writeBackOpen(c *conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
+func (n *node) writeBackOpen(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
 	if fid, e = n.newFid(c, uid); e != 0 {
 		return 0, 0, false, e
 	}
-	_, iounit, err := c.lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack)
+	_, iounit, err := c.Lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack)
 	if err != nil {
-		c.clunk(fid)
-		e := errno(err)
+		c.Clunk(fid)
+		e := session.Errno(err)
 		return 0, 0, e == syscall.ESTALE, e
 	}
 	return fid, iounit, false, 0
@@ -345,16 +346,16 @@ func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
 	}
 	var size int64
 	var e layer.Errno
-	h.fs.untilNotLost(ctx, func() bool {
-		var c *conn
+	h.fs.ss.UntilNotLost(ctx, func() bool {
+		var c *session.Conn
 		var fid uint32
 		if c, fid, _, e = h.use(ctx); e != 0 {
 			return false
 		}
-		ra, err := c.getattr(fid)
+		ra, err := c.Getattr(fid)
 		if err != nil {
-			e = errno(err)
-			return errors.Is(err, errLost)
+			e = session.Errno(err)
+			return errors.Is(err, session.ErrLost)
 		}
 		size = int64(ra.Attr.Size)
 		return false
@@ -564,7 +565,7 @@ func (fs *FS) dropDirtyLocked(sf *sfile) {
 	sf.settled()
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
-		wb.c.clunk(wb.fid)
+		wb.c.Clunk(wb.fid)
 	}
 }
 
@@ -589,20 +590,11 @@ func (fs *FS) writeBack(ctx context.Context, path uint64, why int) layer.Errno {
 // reconnection reclaims the data first.
 func (fs *FS) writeBackLocked(ctx context.Context, sf *sfile, why int) layer.Errno {
 	var e layer.Errno
-	fs.untilNotLost(ctx, func() (lost bool) {
+	fs.ss.UntilNotLost(ctx, func() (lost bool) {
 		e, lost = fs.writeBackOnce(ctx, sf, why)
 		return lost
 	})
 	return e
-}
-
-// untilNotLost runs try again while it says its connection was lost
-// under it, within the timeout, as any request waits for a reconnection.
-func (fs *FS) untilNotLost(ctx context.Context, try func() (lost bool)) {
-	deadline := time.Now().Add(fs.timeout)
-	for try() && time.Now().Before(deadline) && ctx.Err() == nil && !fs.isClosed() {
-		time.Sleep(10 * time.Millisecond) // the loss is being reported (conn.fail)
-	}
 }
 
 func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errno, bool) {
@@ -630,19 +622,19 @@ func (fs *FS) writeBackOnce(ctx context.Context, sf *sfile, why int) (layer.Errn
 	}
 	defer done()
 	for _, x := range d.ext {
-		k, err := c.writeAt(fid, iounit, x.data, x.off)
+		k, err := c.WriteAt(fid, iounit, x.data, x.off)
 		fs.ctr.writeServerBytes.Add(uint64(k))
 		if err != nil {
-			if errors.Is(err, errLost) {
+			if errors.Is(err, session.ErrLost) {
 				return syscall.EIO, true // kept, to write again
 			}
-			return fs.lostLocked(sf, "the server refused the write: "+errno(err).Error()), false
+			return fs.lostLocked(sf, "the server refused the write: "+session.Errno(err).Error()), false
 		}
 	}
 	// The file's modification time is when the program wrote, not when
 	// the data reached the server: make and its kind compare them. Only
 	// the owner may set it; others' write-backs leave the server's.
-	c.setMtime(fid, d.mtime)
+	c.SetMtime(fid, d.mtime)
 	n := d.bytes()
 	fs.dirtyBytes.Add(-n)
 	for _, x := range d.ext {
@@ -674,14 +666,14 @@ func (fs *FS) cleanLocked(sf *sfile) {
 
 // writeBackFid is a fid to write sf's file through. refused is the
 // server's ESTALE to the open itself (not to the walk: a file removed).
-func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit uint32, done func(), refused bool, e layer.Errno) {
-	if c, e = fs.conn(ctx); e != 0 {
+func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, fid, iounit uint32, done func(), refused bool, e layer.Errno) {
+	if c, e = fs.ss.Conn(ctx); e != 0 {
 		return nil, 0, 0, noop, false, e
 	}
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
 		if wb.c == c {
-			return c, wb.fid, wb.iounit, func() { c.clunk(wb.fid) }, false, 0
+			return c, wb.fid, wb.iounit, func() { c.Clunk(wb.fid) }, false, 0
 		}
 	}
 	// A handle open on this connection; not one to open again, which
@@ -697,7 +689,7 @@ func (fs *FS) writeBackFid(ctx context.Context, sf *sfile) (c *conn, fid, iounit
 	if fid, iounit, refused, e = sf.n.writeBackOpen(c, sf.uid); e != 0 {
 		return nil, 0, 0, noop, refused, e
 	}
-	return c, fid, iounit, func() { c.clunk(fid) }, false, 0
+	return c, fid, iounit, func() { c.Clunk(fid) }, false, 0
 }
 
 // writeBackOldest writes back the files dirty longest until at most
@@ -815,12 +807,12 @@ func (fs *FS) recalled(path, seq uint64, uncache bool) {
 // reclaim tells a Sprite server, on a new connection and before anything
 // else, which files this client holds dirty data of (one Dirty a write,
 // so that a refusal names its file), then says hello.
-func (j *jreader) reclaim(c *conn, fid uint32) error {
+func (j *jreader) reclaim(c *session.Conn, fid uint32) error {
 	fs := j.fs
 	for _, sf := range fs.dirtyFiles() {
 		b := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: p9wire.Qid{Path: sf.path}})
-		if _, err := c.writeAt(fid, 0, b, 0); err != nil {
-			if errors.Is(err, errLost) {
+		if _, err := c.WriteAt(fid, 0, b, 0); err != nil {
+			if errors.Is(err, session.ErrLost) {
 				return err
 			}
 			sf.refused.Store(true) // told at its write-back, which follows at once
@@ -828,7 +820,7 @@ func (j *jreader) reclaim(c *conn, fid uint32) error {
 		}
 	}
 	b := journal.Append(nil, &journal.Record{Kind: journal.Clean})
-	_, err := c.writeAt(fid, 0, b, 0)
+	_, err := c.WriteAt(fid, 0, b, 0)
 	return err
 }
 
@@ -841,5 +833,5 @@ func (j *jreader) send(r journal.Record) {
 	if c == nil {
 		return
 	}
-	c.writeAt(fid, 0, journal.Append(nil, &r), 0)
+	c.WriteAt(fid, 0, journal.Append(nil, &r), 0)
 }

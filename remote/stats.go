@@ -9,6 +9,7 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // Cache kinds, for hits and misses.
@@ -25,15 +26,13 @@ var kindNames = [nKinds]string{"stat", "directory", "data", "readlink", "xattr"}
 
 // counters are the client's statistics: atomics, bumped on every request.
 type counters struct {
-	reqs             [256]atomic.Uint64 // by T-message type
-	sent, recv       atomic.Uint64      // bytes, frames included
+	session.Counters // requests by type, bytes
 	hits, misses     [nKinds]atomic.Uint64
 	records, resets  atomic.Uint64 // journal records applied; drop-everythings
 	dropped          atomic.Uint64 // QIDs reported as Dropped
 	bytesFromCache   atomic.Uint64
 	bytesFromServer  atomic.Uint64
 	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
-	journalRecvBytes atomic.Uint64
 
 	// Sprite's rules (sprite.go).
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
@@ -145,8 +144,8 @@ func (fs *FS) miss(kind int) { fs.ctr.misses[kind].Add(1) }
 // Stats returns the client's counters.
 func (fs *FS) Stats() Stats {
 	s := Stats{Server: fs.where, Requests: map[string]uint64{}, Hits: map[string]uint64{}, Misses: map[string]uint64{}}
-	for t := range fs.ctr.reqs {
-		if v := fs.ctr.reqs[t].Load(); v > 0 {
+	for t := range fs.ctr.Reqs {
+		if v := fs.ctr.Reqs[t].Load(); v > 0 {
 			name := typeNames[uint8(t)]
 			if name == "" {
 				name = "type" + strconv.Itoa(t)
@@ -160,7 +159,7 @@ func (fs *FS) Stats() Stats {
 	}
 	s.Records, s.Resets, s.Dropped = fs.ctr.records.Load(), fs.ctr.resets.Load(), fs.ctr.dropped.Load()
 	s.JournalReads = fs.ctr.journalRequests.Load()
-	s.BytesSent, s.BytesReceived = fs.ctr.sent.Load(), fs.ctr.recv.Load()
+	s.BytesSent, s.BytesReceived = fs.ctr.Sent.Load(), fs.ctr.Recv.Load()
 	s.Caching = fs.cc.On.Load()
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()

@@ -14,6 +14,7 @@ import (
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/cache"
+	"github.com/shalefs/shale/remote/session"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -179,29 +180,29 @@ func ServerStats(ctx context.Context, r p9net.Remote, opts Options) ([]byte, err
 	}
 	fs := root.(*node).fs
 	defer fs.Close()
-	c, e := fs.conn(ctx)
+	c, e := fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, fmt.Errorf("9p server at %s: %v", fs.where, e)
 	}
-	rfid := c.newFid()
-	if err := c.attachAs(rfid, identOf(ctx).uid, journal.Aname); err != nil {
-		return nil, fmt.Errorf("9p server at %s has no journal controller (%v): only shale serve keeps statistics", fs.where, errno(err))
+	rfid := c.NewFid()
+	if err := c.AttachAs(rfid, identOf(ctx).uid, journal.Aname); err != nil {
+		return nil, fmt.Errorf("9p server at %s has no journal controller (%v): only shale serve keeps statistics", fs.where, session.Errno(err))
 	}
-	defer c.clunk(rfid)
-	fid, _, err := c.walk(rfid, []string{"stats"})
+	defer c.Clunk(rfid)
+	fid, _, err := c.Walk(rfid, []string{"stats"})
 	if err != nil {
-		return nil, fmt.Errorf("9p server at %s: no statistics file (%v)", fs.where, errno(err))
+		return nil, fmt.Errorf("9p server at %s: no statistics file (%v)", fs.where, session.Errno(err))
 	}
-	defer c.clunk(fid)
-	if _, _, err := c.lopen(fid, p9wire.WireFlags(unix.O_RDONLY)); err != nil {
-		return nil, fmt.Errorf("9p server at %s: open statistics: %v", fs.where, errno(err))
+	defer c.Clunk(fid)
+	if _, _, err := c.Lopen(fid, p9wire.WireFlags(unix.O_RDONLY)); err != nil {
+		return nil, fmt.Errorf("9p server at %s: open statistics: %v", fs.where, session.Errno(err))
 	}
 	var out []byte
-	buf := make([]byte, c.ioSize(0))
+	buf := make([]byte, c.IOSize(0))
 	for {
-		k, err := c.readAt(fid, 0, buf, int64(len(out)))
+		k, err := c.ReadAt(fid, 0, buf, int64(len(out)))
 		if err != nil {
-			return nil, fmt.Errorf("9p server at %s: read statistics: %v", fs.where, errno(err))
+			return nil, fmt.Errorf("9p server at %s: read statistics: %v", fs.where, session.Errno(err))
 		}
 		if k == 0 {
 			return out, nil

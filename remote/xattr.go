@@ -8,28 +8,8 @@ import (
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
 )
-
-// xattrwalk opens name's value (the list of names for "") on a new fid
-// and returns its size.
-func (c *conn) xattrwalk(fid uint32, name string) (uint32, uint64, error) {
-	nf := c.newFid()
-	var b p9wire.Enc
-	b.U32(fid)
-	b.U32(nf)
-	b.Str(name)
-	d, err := c.rpc(p9wire.Txattrwalk, b.B)
-	if err != nil {
-		c.putFid(nf)
-		return 0, 0, err
-	}
-	size := d.U64()
-	if d.Err != nil {
-		c.fail(p9wire.ErrProto)
-		return 0, 0, errLost
-	}
-	return nf, size, nil
-}
 
 // xattrMax is the largest value Linux has (XATTR_SIZE_MAX): one the
 // server says is larger is not cached.
@@ -55,9 +35,9 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 	if e != 0 {
 		return 0, e
 	}
-	xfid, size, err := c.xattrwalk(fid, name)
+	xfid, size, err := c.Xattrwalk(fid, name)
 	if err != nil {
-		e := errno(err)
+		e := session.Errno(err)
 		if e == syscall.EINVAL && name != "" {
 			// Servers built on hugelgupf/p9 v0.3.0 answer every failed
 			// Txattrwalk so; getxattr(2) has no EINVAL for a valid name.
@@ -68,7 +48,7 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 		}
 		return 0, e
 	}
-	defer c.clunk(xfid)
+	defer c.Clunk(xfid)
 	// What is kept is read whole, so that the read after a size probe
 	// is a hit.
 	keep := cc.On.Load() && size <= xattrMax
@@ -82,9 +62,9 @@ func (n *node) readXattr(ctx context.Context, name string, dest []byte) (int, la
 		}
 	}
 	v := make([]byte, size)
-	k, err := c.readAt(xfid, 0, v, 0)
+	k, err := c.ReadAt(xfid, 0, v, 0)
 	if err != nil {
-		return 0, errno(err)
+		return 0, session.Errno(err)
 	}
 	v = v[:k]
 	if quirk && k == 1 && v[0] == 0 {
@@ -128,29 +108,24 @@ func (n *node) writeXattr(ctx context.Context, name string, value []byte, flags 
 	if e != 0 {
 		return e
 	}
-	xfid, _, err := c.walk(fid, nil)
+	xfid, _, err := c.Walk(fid, nil)
 	if err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
-	var b p9wire.Enc
-	b.U32(xfid)
-	b.Str(name)
-	b.U64(uint64(len(value)))
-	b.U32(flags)
-	if _, err := c.rpc(p9wire.Txattrcreate, b.B); err != nil {
-		c.clunk(xfid)
-		return errno(err)
+	if err := c.Do(&p9wire.Xattrcreate{Fid: xfid, Name: name, Size: uint64(len(value)), Flags: flags}); err != nil {
+		c.Clunk(xfid)
+		return session.Errno(err)
 	}
 	if len(value) > 0 {
-		if _, err := c.writeAt(xfid, 0, value, 0); err != nil {
-			c.clunk(xfid)
-			return errno(err)
+		if _, err := c.WriteAt(xfid, 0, value, 0); err != nil {
+			c.Clunk(xfid)
+			return session.Errno(err)
 		}
 	}
-	err = c.clunk(xfid)
+	err = c.Clunk(xfid)
 	n.fs.cc.DropAttrs(n.tok.Ino) // ctime, and ACLs' mode bits, even if it failed half way
 	if err != nil {
-		return errno(err)
+		return session.Errno(err)
 	}
 	n.fs.raise(ctx, layer.Attrs, n.tok, "")
 	return 0
