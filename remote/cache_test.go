@@ -16,6 +16,7 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/cache"
+	"github.com/shalefs/shale/remote/writeback"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -30,6 +31,7 @@ func testCache(t *testing.T) (*jreader, *cache.Cache, *[]layer.Event) {
 	fs.cc.Live = fs.isLive
 	fs.cc.On.Store(true)
 	fs.jr = &jreader{fs: fs, uuid: newUUID()}
+	fs.wb = writeback.New(writeback.Config{Cache: fs.cc, Delay: -1, Notice: fs.notice, GenOf: fs.genOf})
 	return fs.jr, fs.cc, &evs
 }
 

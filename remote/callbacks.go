@@ -16,6 +16,7 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
+	"github.com/shalefs/shale/remote/writeback"
 )
 
 // jreader reads the client's journal (package journal has the protocol):
@@ -112,9 +113,9 @@ func (j *jreader) open(c *session.Conn) error {
 	// Sprite's rules: what this client holds dirty goes first, before
 	// any open can ask for it (sprite.go).
 	sprite := q.Vers == journal.Sprite
-	fs.sprite.Store(sprite)
+	fs.wb.SetSprite(sprite)
 	if sprite {
-		if err := j.reclaim(c, fid); err != nil {
+		if err := fs.wb.Reclaim(c, fid); err != nil {
 			return err
 		}
 	}
@@ -260,16 +261,16 @@ func (j *jreader) apply(r *journal.Record) {
 	switch {
 	case r.Kind == journal.Recall || r.Kind == journal.Uncache:
 		// Writing back takes requests: not on the journal's reader.
-		go fs.recalled(path, r.Seq, r.Kind == journal.Uncache)
+		go fs.wb.Recalled(path, r.Seq, r.Kind == journal.Uncache)
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
 		cc.DropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
-		if r.Kind == journal.Reset && fs.sprite.Load() {
+		if r.Kind == journal.Reset && fs.wb.Sprite() {
 			// Recalls may have been lost with the queue: all is
 			// written back, and a Clean of no file answers them all.
 			go func(seq uint64) {
-				fs.writeBackAll(context.Background(), wbReset)
+				fs.wb.WriteBackAll(context.Background(), writeback.Reset)
 				j.send(journal.Record{Kind: journal.Clean, Seq: seq})
 			}(r.Seq)
 		}

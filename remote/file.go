@@ -14,6 +14,7 @@ import (
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/cache"
 	"github.com/shalefs/shale/remote/session"
+	"github.com/shalefs/shale/remote/writeback"
 )
 
 // handle is an open remote file (or directory, for dir): a fid of its
@@ -55,13 +56,13 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 	if h.c == c {
 		return c, h.fid, h.iounit, 0
 	}
-	since := h.fs.uncachesOf(h.n.tok.Ino)
+	since := h.fs.wb.Uncaches(h.n.tok.Ino)
 	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
 	if h.flags&unix.O_DIRECTORY == 0 {
-		h.fs.reopened(h.n.tok.Ino, q.Vers, since)
+		h.fs.wb.Reopened(h.n.tok.Ino, q.Vers, since)
 	}
 	if len(h.owners) > 0 {
 		// The server dropped its locks with the connection; whoever
@@ -85,7 +86,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	k, ok, e := h.readDirty(ctx, dest, off)
+	k, ok, e := h.fs.wb.Read(h.n.tok.Ino, dest, off, func(dest []byte, off int64) (int, layer.Errno) {
+		return h.readClean(ctx, dest, off)
+	})
 	if !ok {
 		k, e = h.readClean(ctx, dest, off)
 	}
@@ -98,7 +101,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 	fs := h.fs
 	path := h.n.tok.Ino
 	touch := fs.cc.Touches(path)
-	uncached := fs.uncached(path)
+	uncached := fs.wb.Uncached(path)
 	if !touch && !uncached {
 		if k, ok := fs.cc.Read(path, h.n.tok.Gen, dest, off); ok {
 			fs.hit(kindData)
@@ -155,8 +158,8 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 // through.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	h.fs.ctr.writeBytes.Add(uint64(len(data)))
-	if h.fs.delaying() {
-		if delayed, e := h.delayWrite(ctx, data, off); delayed {
+	if h.fs.wb.Delaying() {
+		if delayed, e := h.fs.wb.Write(ctx, h.n.tok.Ino, h.n, h.uid, data, off, h.size); delayed {
 			if e != 0 {
 				return 0, e
 			}
@@ -169,7 +172,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 		return 0, e
 	}
 	k, err := c.WriteAt(fid, iounit, data, off)
-	h.fs.ctr.writeServerBytes.Add(uint64(k))
+	h.fs.wb.Ctr.WriteServerBytes.Add(uint64(k))
 	if k > 0 || err != nil {
 		// What the write changed, wherever it got: an append's offset is
 		// the server's, so all of the file then.
@@ -241,13 +244,13 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 		h.fs.procUnref(owner)
 	}
 	// Delayed writes that could not be written back fail the close.
-	return h.fs.takeErr(h.n.tok.Ino)
+	return h.fs.wb.TakeErr(h.n.tok.Ino)
 }
 
 // Fsync writes the delayed data back, then has the server sync it.
 func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
-	e := h.fs.writeBack(ctx, h.n.tok.Ino, wbFsync)
-	if lost := h.fs.takeErr(h.n.tok.Ino); e == 0 {
+	e := h.fs.wb.WriteBack(ctx, h.n.tok.Ino, writeback.Fsync)
+	if lost := h.fs.wb.TakeErr(h.n.tok.Ino); e == 0 {
 		e = lost
 	}
 	if e != 0 {
@@ -276,7 +279,7 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	c, fid, owners := h.c, h.fid, h.owners
 	h.released, h.owners = true, nil
 	h.mu.Unlock()
-	h.fs.released(h)
+	h.fs.wb.Released(h.n.tok.Ino, h)
 	live := c != nil && c.Alive()
 	for o := range owners {
 		if live {
@@ -321,7 +324,7 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if err != nil {
 		return 0, session.Errno(err)
 	}
-	h.fs.overlayAttr(h.n.tok.Ino, &ra.Attr)
+	h.fs.wb.OverlayAttr(h.n.tok.Ino, &ra.Attr)
 	size := int64(ra.Attr.Size)
 	switch {
 	case off < 0 || off >= size:

@@ -49,8 +49,8 @@ func (n *node) Token() layer.Token { return n.tok }
 // Close ends the client the node belongs to (see FS.Close).
 func (n *node) Close() error { return n.fs.Close() }
 
-// path is the node's names from the attach root.
-func (n *node) path() ([]string, layer.Errno) {
+// Path is the node's names from the attach root.
+func (n *node) Path() ([]string, layer.Errno) {
 	n.fs.tree.Lock()
 	defer n.fs.tree.Unlock()
 	var rev []string
@@ -138,7 +138,7 @@ func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 	if err != nil {
 		return 0, session.Errno(err)
 	}
-	names, e := n.path()
+	names, e := n.Path()
 	if e != 0 {
 		return 0, e
 	}
@@ -177,17 +177,17 @@ func (n *node) Forget() {
 	n.forget()
 }
 
-// pin keeps the node in the tree until unpin.
-func (n *node) pin() {
+// Pin keeps the node in the tree until unpin.
+func (n *node) Pin() {
 	n.pinMu.Lock()
 	n.pins++
 	n.pinMu.Unlock()
 }
 
-// unpin ends a pin; the node leaves the tree if the kernel forgot it
+// Unpin ends a pin; the node leaves the tree if the kernel forgot it
 // meanwhile, in the background: the caller holds its sfile's lock, and
 // forgetting takes the tree's and clunks fids.
-func (n *node) unpin() {
+func (n *node) Unpin() {
 	n.pinMu.Lock()
 	n.pins--
 	forget := n.pins == 0 && n.forgotten
@@ -324,7 +324,7 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 		c.Clunk(fid)
 		return nil, syscall.ESTALE
 	}
-	wb := n.fs.wbGen(q.Path)
+	wb := n.fs.wb.Gen(q.Path)
 	ra, err := c.Getattr(fid)
 	if err != nil {
 		c.Clunk(fid)
@@ -336,12 +336,12 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 	// size and times of its delayed writes (a hard link's reply names a
 	// file the kernel has, whose size it would take).
 	*out = ra.Attr
-	if !n.fs.overlayAttrSince(q.Path, out, wb) {
+	if !n.fs.wb.OverlayAttrSince(q.Path, out, wb) {
 		// A write-back crossed the getattr: its size may predate it.
 		if ra, err = c.Getattr(fid); err == nil {
 			*out = ra.Attr
 		}
-		n.fs.overlayAttr(q.Path, out)
+		n.fs.wb.OverlayAttr(q.Path, out)
 	}
 	ch := n.fs.newNode(tok)
 	f := ch.ownFid(c, uid, fid)
@@ -354,7 +354,7 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
 	cc := n.fs.cc
 	for try := 0; ; try++ {
-		wb := n.fs.wbGen(n.tok.Ino)
+		wb := n.fs.wb.Gen(n.tok.Ino)
 		since := cc.Snap()
 		if a, gen, ok := cc.Attr(n.tok.Ino); ok && gen == n.tok.Gen {
 			n.fs.hit(kindStat)
@@ -365,7 +365,7 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 		// An answer that crossed a change (a record, a write-back of
 		// ours) is asked again: a kernel keeps what it is given for
 		// long, and the change's invalidation went before it.
-		if n.fs.overlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.Changed(n.tok.Ino, since)) {
+		if n.fs.wb.OverlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.Changed(n.tok.Ino, since)) {
 			return 0
 		}
 	}
@@ -404,8 +404,8 @@ func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint3
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
-	defer n.fs.overlayAttr(n.tok.Ino, out) // after finish
-	finish, made := n.fs.beforeSetattr(ctx, n.tok.Ino, in), false
+	defer n.fs.wb.OverlayAttr(n.tok.Ino, out) // after finish
+	finish, made := n.fs.wb.BeforeSetattr(ctx, n.tok.Ino, in), false
 	defer func() { finish(made) }()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
@@ -535,7 +535,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 // writes of the file, if this client holds some or wrote some back
 // meanwhile: then as Getattr gives them (on an error, out stays).
 func (n *node) spriteAttr(ctx context.Context, out *layer.Attr) {
-	if n.fs.sfileOf(n.tok.Ino, false) == nil {
+	if !n.fs.wb.Has(n.tok.Ino) {
 		return
 	}
 	var a layer.Attr
@@ -659,9 +659,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	// (An Uncache of the new file that came before this reply is lost in
 	// the gap: the file is new, so another client raced its creation.)
-	n.fs.opened(ch, h, q.Vers, true, n.fs.uncachesOf(q.Path))
+	n.fs.wb.Opened(ch.tok, h, q.Vers, true, n.fs.wb.Uncaches(q.Path))
 	if flags&unix.O_TRUNC != 0 {
-		n.fs.truncated(ch.tok.Ino, 0)
+		n.fs.wb.Truncated(ch.tok.Ino, 0)
 	}
 	return ch, h, 0
 }
@@ -688,7 +688,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 		return session.Errno(err)
 	}
 	for _, p := range known {
-		n.fs.unlinked(p) // before its attributes go: the link count tells
+		n.fs.wb.Unlinked(p) // before its attributes go: the link count tells
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	for _, p := range known {
@@ -882,14 +882,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	id := identOf(ctx)
 	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
-	if !n.fs.sprite.Load() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
+	if !n.fs.wb.Sprite() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
 		// Opened on the server when a read misses, if one does (Sprite's
 		// rules want the server to see every open).
 		return h, 0
 	}
-	defer n.fs.openOf(n.tok.Ino)()
+	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	since := cc.Snap()
-	uncaches := n.fs.uncachesOf(n.tok.Ino)
+	uncaches := n.fs.wb.Uncaches(n.tok.Ino)
 	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e
@@ -899,10 +899,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return nil, e
 	}
 	h.c, h.fid, h.iounit = c, fid, iounit
-	n.fs.opened(n, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
+	n.fs.wb.Opened(n.tok, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
 	if flags&unix.O_TRUNC != 0 {
 		cc.DropData(n.tok.Ino, 0, 0)
-		n.fs.truncated(n.tok.Ino, 0)
+		n.fs.wb.Truncated(n.tok.Ino, 0)
 	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
 		cc.Grant(since, n.tok.Ino, id.uid, false)
 	}

@@ -66,6 +66,7 @@ import (
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote/cache"
 	"github.com/shalefs/shale/remote/session"
+	"github.com/shalefs/shale/remote/writeback"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -143,18 +144,7 @@ type FS struct {
 	liveMu     sync.Mutex  // guards live
 	live       map[uint64]liveTok
 
-	// Sprite's rules (sprite.go).
-	sprite     atomic.Bool // the server follows them
-	writeDelay time.Duration
-	dirtyMax   int64
-	lostDir    string // conflict copies (lost.go)
-	dirtyBytes atomic.Int64
-	smu        sync.Mutex
-	sfiles     map[uint64]*sfile
-	olmu       sync.Mutex
-	olocks     map[uint64]*openLock // opens in flight, by file (openOf)
-	done       chan struct{}        // closed by Close: ends the flusher
-	sizes      sizes                // the cache's size over time
+	wb *writeback.Files // Sprite's rules: delayed writes, opens' versions
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat
@@ -172,17 +162,7 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, where: where, timeout: opts.Timeout, log: opts.Logger,
-		procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{}, posix: map[posixLock]bool{},
-		writeDelay: opts.WriteDelay, dirtyMax: opts.DirtyMax, sfiles: map[uint64]*sfile{}, done: make(chan struct{})}
-	if fs.lostDir = opts.LostDir; fs.lostDir == "" {
-		fs.lostDir = defaultLostDir()
-	}
-	if fs.writeDelay == 0 {
-		fs.writeDelay = defaultWriteDelay
-	}
-	if fs.dirtyMax <= 0 {
-		fs.dirtyMax = defaultDirtyMax
-	}
+		procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{}, posix: map[posixLock]bool{}}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}
@@ -202,6 +182,12 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	}
 	fs.ss = session.New(dial, session.ConnOptions{Msize: opts.Msize, Timeout: fs.timeout, Aname: aname,
 		MaxIdle: opts.idleFids, Log: fs.log, Ctr: &fs.ctr.Counters})
+	wcfg := writeback.Config{Session: fs.ss, Cache: fs.cc, Log: fs.log, Where: where,
+		Delay: opts.WriteDelay, DirtyMax: opts.DirtyMax, LostDir: opts.LostDir, Notice: fs.notice, GenOf: fs.genOf}
+	if fs.jr != nil {
+		wcfg.Send = fs.jr.send
+	}
+	fs.wb = writeback.New(wcfg)
 	if fs.jr != nil {
 		// Before anything else on a new connection: the journal, so that
 		// what the connection returns counts as cached, and with it the
@@ -228,9 +214,6 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	}
 	root := fs.newNode(session.Token(&ra))
 	root.isRoot = true
-	if fs.writeDelay > 0 {
-		go fs.flusher()
-	}
 	return root, nil
 }
 
@@ -334,10 +317,10 @@ func (fs *FS) Close() error {
 		// Delayed writes go to the server before the connection does,
 		// within one timeout in all.
 		ctx, cancel := context.WithTimeout(context.Background(), fs.timeout)
-		fs.writeBackAll(ctx, wbUnmount)
+		fs.wb.WriteBackAll(ctx, writeback.Unmount)
 		cancel()
-		fs.leaving()
-		close(fs.done)
+		fs.wb.Leaving()
+		fs.wb.Close()
 		fs.ss.Close()
 		err = fs.closeCache()
 	})

@@ -114,7 +114,7 @@ func spriteClient(t *testing.T, x *spriteServer, who string, opts Options) *node
 		opts.WriteDelay = time.Hour
 	}
 	n := mountWith(t, x.dialer(who), opts)
-	for deadline := time.Now().Add(slow); !n.fs.sprite.Load(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(slow); !n.fs.wb.Sprite(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the client never learnt the server follows Sprite's rules")
 		}
@@ -372,15 +372,15 @@ func TestRefusedWriteBack(t *testing.T) {
 	if n := strings.Count(logb.String(), "kept in a conflict copy"); n != 1 {
 		t.Fatalf("%d log lines about the loss:\n%s", n, logb.String())
 	}
-	copies, _ := filepath.Glob(filepath.Join(a.fs.lostDir, "pipe", "f.*"))
+	copies, _ := filepath.Glob(filepath.Join(a.fs.wb.LostDir, "pipe", "f.*"))
 	if len(copies) != 1 {
 		t.Fatalf("conflict copies: %v, want one", copies)
 	}
 	if b, err := os.ReadFile(copies[0]); err != nil || string(b) != "a's" {
 		t.Fatalf("the conflict copy holds %q (%v), want a's bytes", b, err)
 	}
-	if got := a.fs.ctr.lost.Load(); got != 3 || a.fs.ctr.discarded.Load() != 0 {
-		t.Fatalf("lost %d, discarded %d bytes; want 3 lost, none discarded", got, a.fs.ctr.discarded.Load())
+	if got := a.fs.wb.Ctr.Lost.Load(); got != 3 || a.fs.wb.Ctr.Discarded.Load() != 0 {
+		t.Fatalf("lost %d, discarded %d bytes; want 3 lost, none discarded", got, a.fs.wb.Ctr.Discarded.Load())
 	}
 }
 

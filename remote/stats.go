@@ -1,15 +1,13 @@
 package remote
 
 import (
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
+	"github.com/shalefs/shale/remote/writeback"
 )
 
 // Cache kinds, for hits and misses.
@@ -34,16 +32,7 @@ type counters struct {
 	bytesFromServer  atomic.Uint64
 	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
 
-	// Sprite's rules (sprite.go).
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
-	writeServerBytes      atomic.Uint64 // written to the server: back or through
-	discarded, lost       atomic.Uint64 // dirty bytes never sent: replaced, truncated, unlinked; or refused
-	writeBacks            [nReasons]atomic.Uint64
-	opens, opensStale     atomic.Uint64 // Tlopens answered; those that found another version
-	opensNoCache          atomic.Uint64 // answered NoCache: write-shared
-	recalls, uncaches     atomic.Uint64 // records received
-	cleans                atomic.Uint64 // Cleans sent of the client's own
-	reclaimsRefused       atomic.Uint64
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -73,37 +62,7 @@ type SpriteStats struct {
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
-	Size []SizeSample `json:"size"`
-}
-
-// SizeSample is the cache's size at one time.
-type SizeSample struct {
-	At         time.Time `json:"at"`
-	CachedData int64     `json:"cached_bytes"`
-	Dirty      int64     `json:"dirty_bytes"`
-}
-
-// sizes keeps the last hour of SizeSamples.
-type sizes struct {
-	mu   sync.Mutex
-	last []SizeSample
-}
-
-const sizeEvery, sizeKeep = time.Minute, 60
-
-// sample records the cache's size at now, at most once in sizeEvery.
-func (fs *FS) sample(now time.Time) {
-	s := &fs.sizes
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n := len(s.last); n > 0 && now.Sub(s.last[n-1].At) < sizeEvery {
-		return
-	}
-	_, cached := fs.cc.Size()
-	s.last = append(s.last, SizeSample{At: now, CachedData: cached, Dirty: fs.dirtyBytes.Load()})
-	if len(s.last) > sizeKeep {
-		s.last = s.last[len(s.last)-sizeKeep:]
-	}
+	Size []writeback.SizeSample `json:"size"`
 }
 
 // Stats is a snapshot of a client's counters (shale stats MOUNTPOINT).
@@ -163,29 +122,26 @@ func (fs *FS) Stats() Stats {
 	s.Caching = fs.cc.On.Load()
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
-	if fs.sprite.Load() {
+	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()
 	}
 	return s
 }
 
 func (fs *FS) spriteStats() *SpriteStats {
-	c := &fs.ctr
+	c, w := &fs.ctr, &fs.wb.Ctr
 	s := &SpriteStats{WriteDelay: "off", ReadBytes: c.readBytes.Load(), ReadServerBytes: c.bytesFromServer.Load(),
-		WriteBytes: c.writeBytes.Load(), WriteServerBytes: c.writeServerBytes.Load(),
-		Discarded: c.discarded.Load(), Lost: c.lost.Load(), DirtyBytes: fs.dirtyBytes.Load(),
-		DirtyFiles: len(fs.dirtyFiles()), WriteBacks: map[string]uint64{},
-		Opens: c.opens.Load(), OpensStale: c.opensStale.Load(), OpensNoCache: c.opensNoCache.Load(),
-		Recalls: c.recalls.Load(), Uncaches: c.uncaches.Load(), Cleans: c.cleans.Load(), ReclaimsRefused: c.reclaimsRefused.Load()}
-	if fs.writeDelay > 0 {
-		s.WriteDelay = fs.writeDelay.String()
+		WriteBytes: c.writeBytes.Load(), WriteServerBytes: w.WriteServerBytes.Load(),
+		Discarded: w.Discarded.Load(), Lost: w.Lost.Load(), DirtyBytes: fs.wb.DirtyBytes(),
+		DirtyFiles: fs.wb.DirtyFiles(), WriteBacks: map[string]uint64{},
+		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(),
+		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
+		Size: fs.wb.Sizes()}
+	if fs.wb.Delay > 0 {
+		s.WriteDelay = fs.wb.Delay.String()
 	}
-	fs.sample(time.Now())
-	fs.sizes.mu.Lock()
-	s.Size = slices.Clone(fs.sizes.last)
-	fs.sizes.mu.Unlock()
-	for r := range nReasons {
-		s.WriteBacks[reasonNames[r]] = c.writeBacks[r].Load()
+	for r := range writeback.NReasons {
+		s.WriteBacks[writeback.ReasonNames[r]] = w.WriteBacks[r].Load()
 	}
 	return s
 }

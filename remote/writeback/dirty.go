@@ -1,4 +1,4 @@
-package remote
+package writeback
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 )
 
 // dirty is the data of one file written by programs and not yet written
-// back to the server (delayed write, sprite.go): extents sorted by
+// back to the server (delayed write): extents sorted by
 // offset, neither overlapping nor touching, and the size the file has
 // for this client.
 type dirty struct {

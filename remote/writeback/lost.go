@@ -1,4 +1,4 @@
-package remote
+package writeback
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // server refused the write; the client ended with the server gone) are
 // a real conflict: the client cannot tell which bytes should win. They
 // are not dropped: the client keeps them in a conflict copy on its own
-// machine, under Options.LostDir, where the user who wrote them finds
+// machine, under Config.LostDir, where the user who wrote them finds
 // them (the server may be unreachable, or the name taken by another's
 // file), says so in one log line naming the file and the copy, counts
 // them as lost, and fails the file's next fsync or close with EIO.
@@ -29,42 +29,42 @@ func defaultLostDir() string { return filepath.Join(statedir.Dir(), "lost") }
 // lostLocked keeps sf's dirty data that cannot be written back in a
 // conflict copy, drops it from the client, says so in one log line, and
 // keeps EIO for the file's next fsync or close.
-func (fs *FS) lostLocked(sf *sfile, why string) layer.Errno {
+func (w *Files) lostLocked(sf *sfile, why string) layer.Errno {
 	name := ""
-	if sf.n != nil {
-		if names, e := sf.n.path(); e == 0 {
+	if sf.f != nil {
+		if names, e := sf.f.Path(); e == 0 {
 			name = "/" + strings.Join(names, "/")
 		}
 	}
 	n := sf.d.bytes()
-	copyPath, err := fs.conflictCopy(sf, name)
+	copyPath, err := w.conflictCopy(sf, name)
 	shown := name
 	if shown == "" {
 		shown = fmt.Sprintf("(no name left; qid path %d)", sf.path)
 	}
 	if err != nil {
-		fs.log.Error("delayed writes lost, and no conflict copy could be kept: "+why, "file", shown, "server", fs.where, "bytes", n, "err", err)
+		w.Log.Error("delayed writes lost, and no conflict copy could be kept: "+why, "file", shown, "server", w.Where, "bytes", n, "err", err)
 	} else {
-		fs.log.Error("delayed writes not written back, kept in a conflict copy: "+why, "file", shown, "server", fs.where, "bytes", n, "copy", copyPath)
+		w.Log.Error("delayed writes not written back, kept in a conflict copy: "+why, "file", shown, "server", w.Where, "bytes", n, "copy", copyPath)
 	}
-	fs.ctr.lost.Add(uint64(n))
-	fs.dropDirtyLocked(sf)
+	w.Ctr.Lost.Add(uint64(n))
+	w.dropDirtyLocked(sf)
 	sf.err.Store(uint32(syscall.EIO))
 	return syscall.EIO
 }
 
 // conflictCopy writes sf's dirty extents at their offsets into a new
-// file of fs.lostDir, named after the server and the file's name (or its
+// file of w.LostDir, named after the server and the file's name (or its
 // QID path), owned by the user who wrote them, readable by them alone.
 // Bytes the client never wrote read as zeros there (a sparse file of the
 // file's size as the client saw it).
-func (fs *FS) conflictCopy(sf *sfile, name string) (string, error) {
-	server := strings.NewReplacer("/", "_", ":", "_").Replace(fs.where)
+func (w *Files) conflictCopy(sf *sfile, name string) (string, error) {
+	server := strings.NewReplacer("/", "_", ":", "_").Replace(w.Where)
 	rel := name
 	if rel == "" {
 		rel = fmt.Sprintf("qid-%d", sf.path)
 	}
-	p := filepath.Join(fs.lostDir, server, filepath.FromSlash(strings.TrimPrefix(rel, "/")))
+	p := filepath.Join(w.LostDir, server, filepath.FromSlash(strings.TrimPrefix(rel, "/")))
 	p += "." + time.Now().UTC().Format("20060102T150405.000000000Z")
 	if err := os.MkdirAll(filepath.Dir(p), 0o711); err != nil {
 		return "", err

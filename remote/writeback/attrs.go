@@ -1,0 +1,149 @@
+package writeback
+
+import (
+	"context"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// Gen is path's count of write-backs and discards, taken before asking
+// the server for its attributes: see OverlayAttrSince.
+func (w *Files) Gen(path uint64) uint64 {
+	sf := w.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return sf.gen
+}
+
+// OverlayAttrSince is OverlayAttr for attributes the server gave after
+// Gen returned gen; false if a write-back ran meanwhile: they may be
+// from before it, with the dirty data it sent no longer there to show,
+// so they must be asked again.
+func (w *Files) OverlayAttrSince(path uint64, a *layer.Attr, gen uint64) bool {
+	sf := w.sfileOf(path, false)
+	if sf == nil {
+		return true
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.gen != gen {
+		return false
+	}
+	sf.overlayLocked(a)
+	return true
+}
+
+// OverlayAttr shows path's dirty data in its attributes: the size and
+// times the client knows better than the server.
+func (w *Files) OverlayAttr(path uint64, a *layer.Attr) {
+	sf := w.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	sf.overlayLocked(a)
+}
+
+func (sf *sfile) overlayLocked(a *layer.Attr) {
+	if d := sf.d; d != nil {
+		a.Size = uint64(d.size)
+		a.Blocks += uint64(d.bytes()+511) / 512
+		if d.mtime.After(a.Mtime) {
+			a.Mtime = d.mtime
+		}
+		if d.mtime.After(a.Ctime) {
+			a.Ctime = d.mtime
+		}
+	}
+}
+
+// BeforeSetattr prepares a setattr of path: a change of times writes the
+// dirty data back first (its write would move them again). The returned
+// func ends it, after the Tsetattr, told whether the server made it: a
+// change of size then cuts the dirty data too. The file stays locked
+// against write-backs meanwhile.
+func (w *Files) BeforeSetattr(ctx context.Context, path uint64, in *layer.SetAttr) func(made bool) {
+	sf := w.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return func(bool) {}
+	}
+	sf.mu.Lock()
+	if sf.d != nil && in.Valid&(layer.SetAtime|layer.SetAtimeNow|layer.SetMtime|layer.SetMtimeNow) != 0 {
+		w.writeBackLocked(ctx, sf, Setattr)
+	}
+	return func(made bool) {
+		if made && in.Valid&layer.SetSize != 0 {
+			w.truncateLocked(sf, int64(in.Size))
+		}
+		sf.mu.Unlock()
+	}
+}
+
+// Truncated cuts path's dirty data at size: the server's file was cut
+// (an open with O_TRUNC).
+func (w *Files) Truncated(path uint64, size int64) {
+	sf := w.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	sf.mu.Lock()
+	w.truncateLocked(sf, size)
+	sf.mu.Unlock()
+}
+
+func (w *Files) truncateLocked(sf *sfile, size int64) {
+	if sf.d == nil {
+		return
+	}
+	dropped := sf.d.truncate(size)
+	w.dirtyBytes.Add(-dropped)
+	w.Ctr.Discarded.Add(uint64(dropped))
+	if len(sf.d.ext) == 0 {
+		// The server's file is what this client sees now.
+		sf.settled()
+	}
+}
+
+// Unlinked discards the dirty data of a file whose last name this client
+// removed, unless a handle still has it open: it never reaches the
+// server.
+func (w *Files) Unlinked(path uint64) {
+	sf := w.sfileOf(path, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return
+	}
+	if a, _, ok := w.Cache.Attr(path); !ok || a.Nlink > 1 {
+		return // other names may remain: written back as usual
+	}
+	sf.mu.Lock()
+	if len(sf.writers) == 0 {
+		w.discardLocked(sf)
+	}
+	sf.mu.Unlock()
+}
+
+// discardLocked drops sf's dirty data, counted as discarded: the
+// program itself overwrote, truncated or unlinked it.
+func (w *Files) discardLocked(sf *sfile) {
+	if sf.d != nil {
+		w.Ctr.Discarded.Add(uint64(sf.d.bytes()))
+		w.dropDirtyLocked(sf)
+	}
+}
+
+// dropDirtyLocked forgets sf's dirty data, counted by the caller.
+func (w *Files) dropDirtyLocked(sf *sfile) {
+	if sf.d == nil {
+		return
+	}
+	w.dirtyBytes.Add(-sf.d.bytes())
+	sf.settled()
+	if wb := sf.wb; wb != nil {
+		sf.wb = nil
+		wb.c.Clunk(wb.fid)
+	}
+}

@@ -1,0 +1,247 @@
+// Package writeback is Sprite's write-behind for shale's 9P client
+// (remote; seeds/001, docs/sprite.md), with a server that follows its
+// rules (its journal says so: journal.Sprite):
+//
+//   - every open is a Tlopen, answered with the file's version: an open
+//     that finds another version than the one it cached drops the file's
+//     data and attributes, here and in the kernels above (Opened);
+//   - writes are delayed: kept here as dirty extents (dirty.go) and
+//     written back when they have been dirty for the delay, at fsync,
+//     when more than DirtyMax is dirty, when the server recalls them (an
+//     open on another client), before a setattr of times, and at
+//     unmount (flush.go). Data overwritten, truncated or unlinked first
+//     is never sent; data that cannot be written back is kept in a
+//     conflict copy (lost.go);
+//   - a file the server says is write-shared (NoCache in an open's
+//     version, or an Uncache record) is not cached: reads and writes go
+//     to the server, until an open of it is answered without NoCache;
+//   - after a reconnection the client reclaims its dirty files (Dirty
+//     records) before anything else, then says hello (a Clean of no
+//     file), which also tells the server it may send Recall and Uncache.
+//
+// It does not know nodes or handles: a File is what it writes back
+// through, a Writer an open handle whose fid it may use.
+//
+// Lock order: an open's lock (OpenLock), then sfile.mu, then the
+// cache's and the session's; Files.smu and Files.olmu are taken alone.
+// sfile.mu is held across a write-back (its network I/O): only the
+// file's own writes, reads of its dirty data and setattrs wait for it;
+// the cache's readers never do.
+package writeback
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/cache"
+	"github.com/shalefs/shale/remote/session"
+)
+
+// Reason is why a file is written back, for the statistics.
+type Reason int
+
+const (
+	Age Reason = iota
+	Fsync
+	Recall
+	Uncache
+	Memory
+	Setattr
+	Unmount
+	Reset
+	NReasons
+)
+
+var ReasonNames = [NReasons]string{"age", "fsync", "recall", "uncache", "memory", "setattr", "unmount", "reset"}
+
+const (
+	defaultDelay    = 30 * time.Second
+	defaultDirtyMax = 64 << 20
+)
+
+// File is a file as the write-behind writes it back: a node of it.
+type File interface {
+	// Path is its names from the root; ESTALE if this client removed
+	// its last name or renamed another file over it.
+	Path() ([]string, layer.Errno)
+	// OpenWriteBack opens a new fid of it on c, as uid, to write back
+	// through (journal.WriteBack: the server counts no program's open);
+	// refused is the server's ESTALE to the open itself (another client
+	// wrote the file since this one did), not to the walk.
+	OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno)
+	// Pin keeps it walkable by its path until Unpin, whatever the
+	// kernel forgets.
+	Pin()
+	Unpin()
+}
+
+// Writer is an open handle of a file that can write: a write-back may go
+// through its fid, if it is on the current connection.
+type Writer interface {
+	FidOn(c *session.Conn) (fid, iounit uint32, ok bool)
+}
+
+// Config is what the write-behind is built with.
+type Config struct {
+	Session  *session.Session
+	Cache    *cache.Cache
+	Log      *slog.Logger
+	Where    string        // the server, for logs and conflict copies
+	Delay    time.Duration // 0: 30 s; negative: write through
+	DirtyMax int64         // past it the oldest go back; 0: 64 MiB
+	LostDir  string        // conflict copies; "": the state directory's lost/
+	// Send writes a record to the server's journal (a Clean).
+	Send func(journal.Record)
+	// Notice tells the views of a change they must drop (the kernel's
+	// caches of a file found stale or write-shared).
+	Notice func(layer.Event)
+	// GenOf is the generation of a QID path's token (0: none known).
+	GenOf func(path uint64) uint64
+}
+
+// Files is what the client keeps of files under Sprite's rules.
+type Files struct {
+	Config
+	Ctr        Counters
+	sprite     atomic.Bool // the server follows the rules
+	dirtyBytes atomic.Int64
+
+	smu    sync.Mutex
+	sfiles map[uint64]*sfile
+	olmu   sync.Mutex
+	olocks map[uint64]*openLock // opens in flight, by file (OpenLock)
+	done   chan struct{}        // closed by Close: ends the flusher
+	sizes  sizes
+}
+
+// New makes the write-behind and starts its flusher (with a delay).
+func New(cfg Config) *Files {
+	w := &Files{Config: cfg, sfiles: map[uint64]*sfile{}, olocks: map[uint64]*openLock{}, done: make(chan struct{})}
+	if w.Delay == 0 {
+		w.Delay = defaultDelay
+	}
+	if w.DirtyMax <= 0 {
+		w.DirtyMax = defaultDirtyMax
+	}
+	if w.LostDir == "" {
+		w.LostDir = defaultLostDir()
+	}
+	if w.Delay > 0 {
+		go w.flusher()
+	}
+	return w
+}
+
+// Close ends the flusher; what is dirty stays (Leaving says it).
+func (w *Files) Close() { close(w.done) }
+
+// SetSprite says whether the server follows the rules (its journal's
+// version, at each connection).
+func (w *Files) SetSprite(on bool) { w.sprite.Store(on) }
+
+// Sprite tells whether the server follows the rules.
+func (w *Files) Sprite() bool { return w.sprite.Load() }
+
+// Delaying tells whether writes are delayed: a Sprite server, and a
+// delay.
+func (w *Files) Delaying() bool { return w.sprite.Load() && w.Delay > 0 }
+
+// sfile is what the client keeps of one file under Sprite's rules.
+type sfile struct {
+	path     uint64
+	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
+	refused  atomic.Bool // the server refused its reclaim
+
+	mu       sync.Mutex // held across a write-back: writes and reads of dirty data wait
+	version  uint32
+	known    bool        // version is the server's, as of our last open
+	uncached atomic.Bool // write-shared: no caching of its data (read without mu)
+	uncaches uint64      // Uncache records applied: one that crossed an open's answer wins
+	d        *dirty
+	f        File   // what the dirty data is written back through, pinned
+	uid      uint32 // who wrote last: the write-back acts as them
+	gen      uint64 // write-backs done: a read that crossed one reads again
+	writers  map[Writer]bool
+	err      atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
+	// wb is a fid opened for the write-back when the file became dirty,
+	// so that it reaches the file whatever happens to its names.
+	wb *wbFid
+}
+
+type wbFid struct {
+	c           *session.Conn
+	fid, iounit uint32
+}
+
+// sfileOf is path's state, made if make is true (else nil if none).
+func (w *Files) sfileOf(path uint64, make bool) *sfile {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	sf := w.sfiles[path]
+	if sf == nil && make {
+		sf = &sfile{path: path}
+		w.sfiles[path] = sf
+	}
+	return sf
+}
+
+// Has tells whether the client keeps anything of path: its attributes
+// may then differ from the server's.
+func (w *Files) Has(path uint64) bool { return w.sfileOf(path, false) != nil }
+
+// forgetIdle drops path's state when nothing in it matters any more:
+// no dirty data, no writers, no error, no version worth keeping (the
+// cache holds nothing of the file).
+func (w *Files) forgetIdle(sf *sfile) {
+	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.path) != 0 {
+		return
+	}
+	w.smu.Lock()
+	if w.sfiles[sf.path] == sf {
+		delete(w.sfiles, sf.path)
+	}
+	w.smu.Unlock()
+}
+
+// settled ends sf's dirty state: written back, or never to be. The file
+// it wrote back through may go now.
+func (sf *sfile) settled() {
+	sf.d = nil
+	sf.hasDirty.Store(false)
+	sf.gen++
+	sf.setFile(nil)
+}
+
+// setFile makes f what sf's dirty data is written back through, pinned
+// until settled: the kernel forgets nodes when it likes (a reconnection's
+// invalidation of everything makes it), and a write-back on a new
+// connection walks by the node's path.
+func (sf *sfile) setFile(f File) {
+	if sf.f == f {
+		return
+	}
+	if f != nil {
+		f.Pin()
+	}
+	if old := sf.f; old != nil {
+		old.Unpin()
+	}
+	sf.f = f
+}
+
+// dirtyFiles is the files with dirty data.
+func (w *Files) dirtyFiles() []*sfile {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	var sfs []*sfile
+	for _, sf := range w.sfiles {
+		if sf.hasDirty.Load() {
+			sfs = append(sfs, sf)
+		}
+	}
+	return sfs
+}

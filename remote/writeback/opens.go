@@ -1,0 +1,153 @@
+package writeback
+
+import (
+	"sync"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+)
+
+// Uncached tells whether path's data must not be cached: the server
+// found it write-shared.
+func (w *Files) Uncached(path uint64) bool {
+	if !w.sprite.Load() {
+		return false
+	}
+	sf := w.sfileOf(path, false)
+	return sf != nil && sf.uncached.Load()
+}
+
+// Uncaches is path's count of Uncache records, taken before an open is
+// sent (Opened's since).
+func (w *Files) Uncaches(path uint64) uint64 {
+	sf := w.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return sf.uncaches
+}
+
+// openLock serializes one client's opens of a file.
+type openLock struct {
+	mu sync.Mutex
+	n  int // holders and waiters
+}
+
+// OpenLock holds path's open lock until the returned function runs: from
+// before its Tlopen until Opened has applied the answer. The server
+// answers opens in order, and the answers (the version, whether the file
+// is write-shared) must be applied in that order too: an older answer
+// applied after a newer one turned caching back on for a file the server
+// had just found write-shared, and the writes the client then delayed
+// were recalled by nobody.
+func (w *Files) OpenLock(path uint64) func() {
+	if !w.sprite.Load() {
+		return func() {}
+	}
+	w.olmu.Lock()
+	l := w.olocks[path]
+	if l == nil {
+		l = &openLock{}
+		w.olocks[path] = l
+	}
+	l.n++
+	w.olmu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		w.olmu.Lock()
+		if l.n--; l.n == 0 {
+			delete(w.olocks, path)
+		}
+		w.olmu.Unlock()
+	}
+}
+
+// Opened applies an open's answer of the file tok: vers is the QID
+// version of Rlopen or Rlcreate; h, if the open may write, is its
+// handle. A version other than the one cached (the one before it, for
+// an open for writing, which bumped it) means another client changed the
+// file: what is cached of it goes, here and in the kernels above.
+// NoCache in vers turns caching of the file off; its absence turns it
+// on, unless an Uncache came since the open was sent (since, from
+// Uncaches): the server sent it after this answer.
+func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since uint64) {
+	if !w.sprite.Load() {
+		return
+	}
+	w.Ctr.Opens.Add(1)
+	path := tok.Ino
+	sf := w.sfileOf(path, true)
+	sf.mu.Lock()
+	v := vers &^ journal.NoCache
+	expect := sf.version
+	if write {
+		expect = journal.NextVersion(expect)
+	}
+	stale := sf.known && v != expect
+	sf.version, sf.known = v, true
+	if vers&journal.NoCache != 0 {
+		sf.uncached.Store(true)
+		w.Ctr.OpensNoCache.Add(1)
+	} else if sf.uncaches == since {
+		sf.uncached.Store(false)
+	}
+	if write && h != nil {
+		if sf.writers == nil {
+			sf.writers = map[Writer]bool{}
+		}
+		sf.writers[h] = true
+	}
+	sf.mu.Unlock()
+	if stale || sf.uncached.Load() {
+		if stale {
+			w.Ctr.OpensStale.Add(1)
+		}
+		w.Cache.DropData(path, 0, 0)
+		w.Cache.DropAttrs(path)
+		w.Notice(layer.Event{Kind: layer.Data, Token: tok})
+	}
+}
+
+// Released forgets a handle of path that could write.
+func (w *Files) Released(path uint64, h Writer) {
+	sf := w.sfileOf(path, false)
+	if sf == nil {
+		return
+	}
+	sf.mu.Lock()
+	if sf.writers[h] {
+		delete(sf.writers, h)
+		w.cleanLocked(sf)
+	}
+	w.forgetIdle(sf)
+	sf.mu.Unlock()
+}
+
+// Reopened takes the version a handle's open on a new connection got:
+// its own open, not a sign of another client's change.
+func (w *Files) Reopened(path uint64, vers uint32, since uint64) {
+	if !w.sprite.Load() {
+		return
+	}
+	sf := w.sfileOf(path, true)
+	sf.mu.Lock()
+	sf.version, sf.known = vers&^journal.NoCache, true
+	if vers&journal.NoCache != 0 {
+		sf.uncached.Store(true)
+	} else if sf.uncaches == since {
+		sf.uncached.Store(false)
+	}
+	sf.mu.Unlock()
+}
+
+// TakeErr returns, once, the error of a failed write-back of path.
+func (w *Files) TakeErr(path uint64) layer.Errno {
+	sf := w.sfileOf(path, false)
+	if sf == nil {
+		return 0
+	}
+	return layer.Errno(sf.err.Swap(0))
+}
