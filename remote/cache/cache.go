@@ -105,7 +105,7 @@ func New(maxEnts int, blocks BlockStore) *Cache {
 	return &Cache{ents: map[uint64]*centry{}, maxEnts: maxEnts, blocks: blocks, Live: func(uint64) bool { return false }}
 }
 
-// snap is the clock to give a later put.
+// Snap is the clock to give a later put.
 func (c *Cache) Snap() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,7 +126,7 @@ func (c *Cache) changedLocked(path, since uint64) bool {
 	return false
 }
 
-// changed tells whether anything about path was invalidated after
+// Changed tells whether anything about path was invalidated after
 // snapshot since: an answer asked before may be older than the change.
 func (c *Cache) Changed(path, since uint64) bool {
 	c.mu.Lock()
@@ -205,7 +205,7 @@ func (e *centry) dropAttrLocked() {
 // Drops, for records and for changes of our own. Each ticks the clock,
 // even with nothing cached: a fetch in flight must not put what it read.
 
-// dropAttrs forgets the attributes, the permissions they gave and the
+// DropAttrs forgets the attributes, the permissions they gave and the
 // extended attributes (an Attrs record stands for any of them).
 func (c *Cache) DropAttrs(path uint64) {
 	c.mu.Lock()
@@ -217,7 +217,7 @@ func (c *Cache) DropAttrs(path uint64) {
 	}
 }
 
-// dropTimes forgets the attributes only: our read on the server moved
+// DropTimes forgets the attributes only: our read on the server moved
 // atime, which changes no permission and no extended attribute.
 func (c *Cache) DropTimes(path uint64) {
 	c.mu.Lock()
@@ -228,7 +228,7 @@ func (c *Cache) DropTimes(path uint64) {
 	}
 }
 
-// dropData forgets the attributes, the data in [off, off+n), and the
+// DropData forgets the attributes, the data in [off, off+n), and the
 // extended attribute a write removes (the server's kernel kills
 // security.capability) with a list that names it; others stay.
 func (c *Cache) DropData(path, off, n uint64) {
@@ -250,7 +250,7 @@ func (c *Cache) DropData(path, off, n uint64) {
 // capability is the extended attribute a write removes.
 const capability = "security.capability"
 
-// dropEntry forgets name in directory path, its listing and attributes.
+// DropEntry forgets name in directory path, its listing and attributes.
 func (c *Cache) DropEntry(path uint64, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -262,7 +262,7 @@ func (c *Cache) DropEntry(path uint64, name string) {
 	}
 }
 
-// drop forgets everything about path.
+// Drop forgets everything about path.
 func (c *Cache) Drop(path uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,7 +272,7 @@ func (c *Cache) Drop(path uint64) {
 	}
 }
 
-// dropAll forgets everything; fetches in flight put nothing.
+// DropAll forgets everything; fetches in flight put nothing.
 func (c *Cache) DropAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -286,7 +286,7 @@ func (c *Cache) DropAll() {
 	c.floor = c.clock
 }
 
-// childOf is the QID path cached for name in directory dir, if any.
+// ChildOf is the QID path cached for name in directory dir, if any.
 func (c *Cache) ChildOf(dir uint64, name string) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -297,7 +297,7 @@ func (c *Cache) ChildOf(dir uint64, name string) (uint64, bool) {
 	return 0, false
 }
 
-// genOf is the generation known for path, 0 if none.
+// GenOf is the generation known for path, 0 if none.
 func (c *Cache) GenOf(path uint64) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -307,7 +307,7 @@ func (c *Cache) GenOf(path uint64) uint64 {
 	return 0
 }
 
-// takeDropped returns the QIDs evicted since the last call that no node
+// TakeDropped returns the QIDs evicted since the last call that no node
 // holds, and ticks the clock for each: until the controller has read the
 // report, nothing read about them may be kept.
 func (c *Cache) TakeDropped() []uint64 {
@@ -324,7 +324,7 @@ func (c *Cache) TakeDropped() []uint64 {
 	return out
 }
 
-// size is the QIDs cached and the bytes of file data held.
+// Size is the QIDs cached and the bytes of file data held.
 func (c *Cache) Size() (int, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -333,7 +333,7 @@ func (c *Cache) Size() (int, int64) {
 
 // Lookups and attributes.
 
-// attr returns path's cached attributes and generation.
+// Attr returns path's cached attributes and generation.
 func (c *Cache) Attr(path uint64) (layer.Attr, uint64, bool) {
 	if !c.On.Load() {
 		return layer.Attr{}, 0, false
@@ -346,7 +346,7 @@ func (c *Cache) Attr(path uint64) (layer.Attr, uint64, bool) {
 	return layer.Attr{}, 0, false
 }
 
-// lookup answers name in directory dir for uid: the child's QID path,
+// Lookup answers name in directory dir for uid: the child's QID path,
 // generation and attributes, or found=false for a name known absent.
 // ok=false is a miss.
 func (c *Cache) Lookup(dir uint64, name string, uid uint32) (child, gen uint64, a layer.Attr, found, ok bool) {
@@ -388,12 +388,12 @@ func (c *Cache) put(since, path, gen uint64, fill func(e *centry)) {
 	fill(c.entLocked(path, gen))
 }
 
-// putAttr keeps path's attributes, read after snapshot since.
+// PutAttr keeps path's attributes, read after snapshot since.
 func (c *Cache) PutAttr(since, path, gen uint64, a *layer.Attr) {
 	c.put(since, path, gen, func(e *centry) { e.attr, e.hasAttr = *a, true })
 }
 
-// putLookup keeps that uid walked name in dir to child, whose attributes
+// PutLookup keeps that uid walked name in dir to child, whose attributes
 // are a (child 0: the name does not exist).
 func (c *Cache) PutLookup(since, dir uint64, name string, uid uint32, child, gen uint64, a *layer.Attr) {
 	if !c.On.Load() {
@@ -416,199 +416,7 @@ func (c *Cache) PutLookup(since, dir uint64, name string, uid uint32, child, gen
 	d.search = addUid(d.search, uid)
 }
 
-func addUid(s []uint32, uid uint32) []uint32 {
-	if slices.Contains(s, uid) || len(s) >= 16 {
-		return s
-	}
-	return append(s, uid)
-}
-
-// grant keeps that uid may list (directories) or read (files) path.
-func (c *Cache) Grant(since, path uint64, uid uint32, list bool) {
-	c.put(since, path, 0, func(e *centry) {
-		if list {
-			e.lister = addUid(e.lister, uid)
-		} else {
-			e.reader = addUid(e.reader, uid)
-		}
-	})
-}
-
-// mayRead tells whether uid opened path (of generation gen) for reading
-// on the server since its mode, owner or ACL last changed. The grant of
-// another file with the inode number says nothing of this one.
-func (c *Cache) MayRead(path, gen uint64, uid uint32) bool {
-	if !c.On.Load() {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.ents[path]
-	return e != nil && e.gen == gen && slices.Contains(e.reader, uid)
-}
-
-// Extended attributes.
-
-// xattr answers getxattr of name ("": listxattr) on path for uid: the
-// value, or absent for ENODATA. ok=false is a miss.
-func (c *Cache) Xattr(path uint64, name string, uid uint32) (val []byte, absent, ok bool) {
-	if !c.On.Load() {
-		return nil, false, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.getLocked(path)
-	if e == nil {
-		return nil, false, false
-	}
-	x, ok := e.xattrs[name]
-	if !ok || !slices.Contains(x.Uids, uid) {
-		return nil, false, false
-	}
-	return x.Val, x.Absent, true
-}
-
-// putXattr keeps the server's answer to uid about name on path, read
-// after snapshot since: val, or absent.
-func (c *Cache) PutXattr(since, path, gen uint64, name string, uid uint32, val []byte, absent bool) {
-	c.put(since, path, gen, func(e *centry) {
-		if e.xattrs == nil {
-			e.xattrs = map[string]XattrVal{}
-		}
-		x, had := e.xattrs[name]
-		if !had || x.Absent != absent || string(x.Val) != string(val) {
-			// Not the answer the others were given: it is theirs no more.
-			x = XattrVal{Val: val, Absent: absent}
-		}
-		x.Uids = addUid(x.Uids, uid)
-		e.xattrs[name] = x
-	})
-}
-
-// Listings and symlinks.
-
-// listing returns directory path's complete listing for uid.
-func (c *Cache) Listing(path uint64, uid uint32) ([]layer.DirEntry, bool) {
-	if !c.On.Load() {
-		return nil, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.getLocked(path)
-	if e == nil || !e.hasList || !slices.Contains(e.lister, uid) {
-		return nil, false
-	}
-	return e.list, true
-}
-
-// putListing keeps path's complete listing, read by uid.
-func (c *Cache) PutListing(since, path uint64, uid uint32, ents []layer.DirEntry) {
-	c.put(since, path, 0, func(e *centry) {
-		e.list, e.hasList = ents, true
-		e.lister = addUid(e.lister, uid)
-	})
-}
-
-func (c *Cache) Readlink(path uint64) ([]byte, bool) {
-	if !c.On.Load() {
-		return nil, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.getLocked(path); e != nil && e.hasLink {
-		return slices.Clone(e.link), true
-	}
-	return nil, false
-}
-
-func (c *Cache) PutLink(since, path uint64, target []byte) {
-	c.put(since, path, 0, func(e *centry) { e.link, e.hasLink = slices.Clone(target), true })
-}
-
-// Data.
-
-// read fills dest from the cached blocks of path, generation gen, at off.
-// ok=false is a miss: some block it needs is not cached. The blocks of
-// another generation are another file's (the inode number was reused
-// after the file, still open here, was removed): a miss, not its data.
-func (c *Cache) Read(path, gen uint64, dest []byte, off int64) (int, bool) {
-	if !c.On.Load() {
-		return 0, false
-	}
-	c.mu.Lock()
-	e := c.getLocked(path)
-	if e == nil || e.gen != gen {
-		c.mu.Unlock()
-		return 0, false
-	}
-	type part struct {
-		idx int64
-		l   int
-	}
-	var parts []part
-	for at := off; at < off+int64(len(dest)); {
-		idx := at / BlockSize
-		l, ok := e.blks[idx]
-		if !ok {
-			c.mu.Unlock()
-			return 0, false
-		}
-		parts = append(parts, part{idx, l})
-		if l < BlockSize {
-			break
-		}
-		at = (idx + 1) * BlockSize
-	}
-	c.mu.Unlock()
-	total := 0
-	for _, p := range parts {
-		b, ok := c.blocks.get(path, gen, p.idx)
-		if !ok || len(b) != p.l {
-			c.forgetBlock(path, gen, p.idx)
-			return 0, false
-		}
-		start := max(off+int64(total)-p.idx*BlockSize, 0)
-		if start >= int64(len(b)) {
-			break
-		}
-		total += copy(dest[total:], b[start:])
-	}
-	return total, true
-}
-
-// forgetBlock notes that the store no longer has a block.
-func (c *Cache) forgetBlock(path, gen uint64, idx int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e := c.ents[path]; e != nil && e.gen == gen {
-		delete(e.blks, idx)
-	}
-}
-
-// putData keeps data read from path at off, a multiple of BlockSize;
-// eof tells that it ends at the end of the file.
-func (c *Cache) PutData(since, path, gen uint64, off int64, data []byte, eof bool) {
-	c.put(since, path, gen, func(e *centry) {
-		for i := 0; i < len(data) || eof && i == len(data); i += BlockSize {
-			b := data[i:min(i+BlockSize, len(data))]
-			if len(b) < BlockSize && !eof {
-				break
-			}
-			idx := (off + int64(i)) / BlockSize
-			if c.blocks.put(path, e.gen, idx, b) {
-				if e.blks == nil {
-					e.blks = map[int64]int{}
-				}
-				e.blks[idx] = len(b)
-			}
-			if len(b) < BlockSize {
-				break
-			}
-		}
-	})
-}
-
-// afterDropped ticks the clock for paths, reported as dropped, and
+// AfterDropped ticks the clock for paths, reported as dropped, and
 // returns those that a fetch made cached or live meanwhile, dropping
 // what the cache has of them: the controller may no longer tell of them.
 func (c *Cache) AfterDropped(paths []uint64) []uint64 {
@@ -628,7 +436,7 @@ func (c *Cache) AfterDropped(paths []uint64) []uint64 {
 	return back
 }
 
-// gone notes that no node of path is given out any more: if nothing is
+// Gone notes that no node of path is given out any more: if nothing is
 // cached of it either, the controller may forget it.
 func (c *Cache) Gone(path uint64) {
 	c.mu.Lock()
@@ -638,7 +446,7 @@ func (c *Cache) Gone(path uint64) {
 	}
 }
 
-// touches tells whether a read of path on the server would change its
+// Touches tells whether a read of path on the server would change its
 // atime under relatime (the Linux default): atime not after mtime or
 // ctime, or a day old; or whether nothing says otherwise. Such reads go
 // to the server, and drop the attributes, so a stat shows the new atime.

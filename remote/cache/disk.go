@@ -62,7 +62,7 @@ type savedEnt struct {
 	Xattrs                 map[string]XattrVal
 }
 
-// openDisk takes dir: the store in it (made with size bytes if it has
+// OpenDisk takes dir: the store in it (made with size bytes if it has
 // none) and what the last client saved there.
 func OpenDisk(dir string, size int64, server string, log *slog.Logger) (*Disk, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {

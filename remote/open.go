@@ -1,0 +1,107 @@
+package remote
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/session"
+	"golang.org/x/sys/unix"
+)
+
+// newFid is a new fid of the node for uid on c, to open: a clone of the
+// node's, or, if it has none, walked by path (one walk, not two).
+func (n *node) newFid(c *session.Conn, uid uint32) (uint32, layer.Errno) {
+	if !n.isRoot && !n.hasFid(c, uid) {
+		if fid, e := n.walkPath(c, uid); e != syscall.ESTALE {
+			return fid, e
+		}
+	}
+	nfid, done, e := n.fidOn(c, uid)
+	if e != 0 {
+		return 0, e
+	}
+	fid, _, err := c.Walk(nfid, nil)
+	done()
+	return fid, session.Errno(err)
+}
+
+// openFid makes a new fid of the node for uid and opens it with flags
+// (open(2)'s).
+func (n *node) openFid(c *session.Conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+	if fid, e = n.newFid(c, uid); e != 0 {
+		return 0, 0, q, e
+	}
+	q, iounit, err := c.Lopen(fid, openFlags(flags))
+	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
+		// O_NOATIME is for the owner; it is a wish, not a need.
+		q, iounit, err = c.Lopen(fid, openFlags(flags&^unix.O_NOATIME))
+	}
+	if err != nil {
+		c.Clunk(fid)
+		return 0, 0, q, session.Errno(err)
+	}
+	return fid, iounit, q, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
+	id := identOf(ctx)
+	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
+	cc := n.fs.cc
+	if !n.fs.wb.Sprite() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
+		// Opened on the server when a read misses, if one does (Sprite's
+		// rules want the server to see every open).
+		return h, 0
+	}
+	defer n.fs.wb.OpenLock(n.tok.Ino)()
+	since := cc.Snap()
+	uncaches := n.fs.wb.Uncaches(n.tok.Ino)
+	c, e := n.fs.ss.Conn(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	fid, iounit, q, e := n.openFid(c, id.uid, flags)
+	if e != 0 {
+		return nil, e
+	}
+	h.c, h.fid, h.iounit = c, fid, iounit
+	n.fs.wb.Opened(n.tok, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
+	if flags&unix.O_TRUNC != 0 {
+		cc.DropData(n.tok.Ino, 0, 0)
+		n.fs.wb.Truncated(n.tok.Ino, 0)
+	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
+		cc.Grant(since, n.tok.Ino, id.uid, false)
+	}
+	return h, 0
+}
+
+func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	id := identOf(ctx)
+	cc := n.fs.cc
+	touch := cc.Touches(n.tok.Ino)
+	if ents, ok := cc.Listing(n.tok.Ino, id.uid); ok && !touch {
+		n.fs.hit(kindDir)
+		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+	}
+	n.fs.miss(kindDir)
+	since := cc.Snap()
+	c, e := n.fs.ss.Conn(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
+	fid, iounit, _, e := n.openFid(c, id.uid, flags)
+	if e != 0 {
+		return nil, e
+	}
+	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}, 0
+}
+
+// openFlags are the wire flags a file is opened with on the server.
+// O_DIRECT stays here: it keeps a program's I/O out of this machine's
+// page cache, which the kernel above already does; on the server it would
+// only ask for aligned I/O, which some servers refuse at open (diod:
+// EINVAL).
+func openFlags(flags uint32) uint32 { return p9wire.WireFlags(flags &^ unix.O_DIRECT) }
