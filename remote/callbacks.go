@@ -111,7 +111,7 @@ func (j *jreader) open(c *session.Conn) error {
 	}
 	fs.controller.Store(true)
 	// Sprite's rules: what this client holds dirty goes first, before
-	// any open can ask for it (sprite.go).
+	// any open can ask for it (remote/writeback).
 	sprite := q.Vers == journal.Sprite
 	fs.wb.SetSprite(sprite)
 	if sprite {

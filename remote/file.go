@@ -25,7 +25,8 @@ type handle struct {
 	uid   uint32
 	flags uint32 // open(2) flags to open again with: no O_TRUNC, O_CREAT, O_EXCL
 
-	mu        sync.Mutex
+	reopen    sync.Mutex // one reopen at a time (use)
+	mu        sync.Mutex // the fields below; never across a request
 	c         *session.Conn
 	fid       uint32
 	iounit    uint32
@@ -42,19 +43,22 @@ type lockOwner struct {
 var _ layer.Handle = (*handle)(nil)
 
 // use returns the live connection and the handle's fid on it, opening the
-// file again if the connection is new since.
+// file again if the connection is new since. The open is a request: made
+// under reopen, which only the handle's own requests wait for, not under
+// mu, which a write-back of the file takes (FidOn) while it holds the
+// file's write-back lock, which the open's answer takes in turn.
 func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.Errno) {
 	c, e := h.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released {
-		return nil, 0, 0, syscall.EBADF
+	if fid, iounit, e, ok := h.current(c); ok {
+		return c, fid, iounit, e
 	}
-	if h.c == c {
-		return c, h.fid, h.iounit, 0
+	h.reopen.Lock()
+	defer h.reopen.Unlock()
+	if fid, iounit, e, ok := h.current(c); ok {
+		return c, fid, iounit, e // another request opened it meanwhile
 	}
 	since := h.fs.wb.Uncaches(h.n.tok.Ino)
 	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
@@ -63,6 +67,12 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 	}
 	if h.flags&unix.O_DIRECTORY == 0 {
 		h.fs.wb.Reopened(h.n.tok.Ino, q.Vers, since)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		go c.Clunk(fid)
+		return nil, 0, 0, syscall.EBADF
 	}
 	if len(h.owners) > 0 {
 		// The server dropped its locks with the connection; whoever
@@ -77,6 +87,20 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 	}
 	h.c, h.fid, h.iounit = c, fid, iounit
 	return c, fid, iounit, 0
+}
+
+// current is the handle's fid if it is open on c (or EBADF if it was
+// released); ok is false if it must be opened again.
+func (h *handle) current(c *session.Conn) (fid, iounit uint32, e layer.Errno, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.released:
+		return 0, 0, syscall.EBADF, true
+	case h.c == c:
+		return h.fid, h.iounit, 0, true
+	}
+	return 0, 0, 0, false
 }
 
 // Read serves the file's delayed writes over what the cache has; on a
@@ -154,7 +178,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 	return copy(dest, buf[off-start:k]), 0
 }
 
-// Write delays the data (Sprite's rules, sprite.go), or writes it
+// Write delays the data (Sprite's rules, remote/writeback), or writes it
 // through.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	h.fs.ctr.writeBytes.Add(uint64(len(data)))

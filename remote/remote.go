@@ -23,8 +23,8 @@
 // Caching: with a journal controller on the server (shale serve), the
 // client caches attributes, names, listings, symlinks, extended
 // attributes and file data and is told of others' changes through its
-// journal (callbacks.go, cache.go; on disk with Options.CacheDir,
-// disk.go); their records raise the stack's events. Without one (diod), nothing is cached beyond one request: every
+// journal (callbacks.go, remote/cache; on disk with Options.CacheDir,
+// remote/cache/disk.go); their records raise the stack's events. Without one (diod), nothing is cached beyond one request: every
 // Getattr is a Tgetattr, every Lookup a Twalk and a Tgetattr. Changes made
 // through the client raise the stack's events, as hostfs does, so views
 // of one remote lower stay coherent with each other.
@@ -37,6 +37,17 @@
 // one up to Timeout, then fails with EIO. Nodes walk their fids again by
 // path, and open handles open again (without O_TRUNC, O_CREAT, O_EXCL), on
 // their next use. Locks do not survive: see Setlk.
+//
+// Parts: the 9P session (remote/session: connections, typed requests,
+// fids, the redial and its steps), the journal cache (remote/cache) and
+// Sprite's write-behind (remote/writeback). Nodes and handles compose
+// them: a read is the dirty overlay, then the cache, then the session.
+//
+// Lock order: handle.reopen, then writeback's per-file lock, then
+// handle.mu; jreader.mu, then FS.liveMu, then the cache's; node.mu, then
+// the connection's. FS.tree, FS.procMu and node.pinMu are taken alone.
+// Only handle.reopen and writeback's per-file lock are held across a
+// request, and no reader of the cache waits for either.
 //
 // Extended attributes: 9P2000.L has no removexattr; a Txattrcreate of
 // size 0 stands for it, as in the kernel's 9P client. So a Setxattr of an
@@ -82,16 +93,16 @@ type Options struct {
 	Logger  *slog.Logger
 
 	// CacheSize bounds the file data cached while a journal controller
-	// answers (cache.go): in memory, or with CacheDir the size of the
+	// answers (remote/cache): in memory, or with CacheDir the size of the
 	// object store there. 0 means 256 MiB; negative, no cache at all.
 	CacheSize int64
 	// CacheDir keeps the cache on disk, so that it survives a restart
-	// of the client (disk.go). One client owns a directory at a time.
+	// of the client (remote/cache/disk.go). One client owns a directory at a time.
 	CacheDir string
 
 	// WriteDelay is how long written data may stay in the client before
 	// it is written back, with a server that follows Sprite's rules
-	// (sprite.go): 0 means 30 s, negative means write through.
+	// (remote/writeback): 0 means 30 s, negative means write through.
 	WriteDelay time.Duration
 	// DirtyMax bounds the delayed data: past it the files dirty longest
 	// are written back at once. 0 means 64 MiB.
@@ -191,7 +202,7 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	if fs.jr != nil {
 		// Before anything else on a new connection: the journal, so that
 		// what the connection returns counts as cached, and with it the
-		// reclaim of delayed writes (callbacks.go, sprite.go).
+		// reclaim of delayed writes (callbacks.go, remote/writeback).
 		fs.ss.Then("opening the journal", fs.jr.open)
 		fs.ss.OnLost(fs.jr.lost)
 	}
