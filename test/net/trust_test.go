@@ -26,7 +26,8 @@ func TestRestartKeepsDelayedWrites(t *testing.T) {
 		t.Run(strings.ReplaceAll(how, " ", ""), func(t *testing.T) {
 			const grace, delay = 2 * time.Second, 4 * time.Second
 			lower, s, addr, url := spriteServer(t, "--grace", grace.String())
-			a := mount(t, url, "--write-delay", delay.String())
+			alog := filepath.Join(tempDir(t), "a.log")
+			a := mount(t, url, "--write-delay", delay.String(), "--log", alog)
 			b := mount(t, url, "--write-delay", "1h")
 			src := filepath.Join(tempDir(t), "src")
 			data := randomBytes(t, 100<<10+3)
@@ -59,6 +60,13 @@ func TestRestartKeepsDelayedWrites(t *testing.T) {
 					waitFor(t, "LOWER has "+p+name, lowerHas(filepath.Join(lower, p+name), data))
 				}
 			}
+			// What the client says of the restart reaches its --log.
+			waitFor(t, "A's log tells of the reconnection", func() string {
+				if b, _ := os.ReadFile(alog); !strings.Contains(string(b), "9p connection restored") {
+					return "A's log:\n" + string(b)
+				}
+				return ""
+			})
 			for _, m := range []string{a, b} {
 				for name, data := range want {
 					for _, p := range []string{"a-", "b-"} {
