@@ -24,13 +24,13 @@ type conn struct {
 	broken bool               // a reply failed: no more are sent (wmu)
 	slots  chan struct{}      // bounds the requests served at once
 	flight sync.WaitGroup     // requests in flight
-	seq    atomic.Uint64      // files made (file.seq)
+	seq    atomic.Uint64      // fids made (fid.seq)
 
 	journal atomic.Pointer[jrnl] // the journal it opened, if any
 
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec
-	fids  map[uint32]*file
+	fids  map[uint32]*fid
 	tags  map[uint16]*req
 	views map[*root]uint32 // its coherence view of each root it reached
 }
@@ -152,11 +152,11 @@ func (c *conn) unref(p pos) {
 	}
 }
 
-// fid returns the file of fid, or EBADF.
-func (c *conn) fid(fid uint32) (*file, syscall.Errno) {
+// fid returns the fid numbered n, or EBADF.
+func (c *conn) fid(n uint32) (*fid, syscall.Errno) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.fids[fid]; ok {
+	if f, ok := c.fids[n]; ok {
 		return f, 0
 	}
 	return nil, syscall.EBADF
@@ -170,11 +170,11 @@ func (c *conn) full() bool {
 	return len(c.fids) >= c.s.opts.MaxFids
 }
 
-// bind makes f the file of fid: a new fid, unless MaxFids are held, or
-// the replacement of old (a walk of a fid onto itself).
-func (c *conn) bind(fid uint32, f *file, old *file) syscall.Errno {
+// bind numbers f n: a new fid, unless MaxFids are held, or the
+// replacement of old (a walk of a fid onto itself).
+func (c *conn) bind(n uint32, f *fid, old *fid) syscall.Errno {
 	c.mu.Lock()
-	cur, used := c.fids[fid]
+	cur, used := c.fids[n]
 	switch {
 	case used && cur != old || !used && old != nil:
 		c.mu.Unlock()
@@ -183,7 +183,7 @@ func (c *conn) bind(fid uint32, f *file, old *file) syscall.Errno {
 		c.mu.Unlock()
 		return syscall.EMFILE
 	}
-	c.fids[fid] = f
+	c.fids[n] = f
 	c.mu.Unlock()
 	if old != nil {
 		old.release()
@@ -191,15 +191,16 @@ func (c *conn) bind(fid uint32, f *file, old *file) syscall.Errno {
 	return 0
 }
 
-// unbind forgets fid and returns its file, which the caller releases.
-func (c *conn) unbind(fid uint32) (*file, syscall.Errno) {
+// unbind forgets the number n and returns its fid, which the caller
+// releases.
+func (c *conn) unbind(n uint32) (*fid, syscall.Errno) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fids[fid]
+	f, ok := c.fids[n]
 	if !ok {
 		return nil, syscall.EBADF
 	}
-	delete(c.fids, fid)
+	delete(c.fids, n)
 	return f, 0
 }
 
@@ -207,7 +208,7 @@ func (c *conn) unbind(fid uint32) (*file, syscall.Errno) {
 // Tversion, which starts the session again.
 func (c *conn) releaseAll() {
 	c.mu.Lock()
-	fs := make([]*file, 0, len(c.fids))
+	fs := make([]*fid, 0, len(c.fids))
 	for _, f := range c.fids {
 		fs = append(fs, f)
 	}

@@ -247,7 +247,7 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
-		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*file{}, tags: map[uint16]*req{},
+		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
 		views: map[*root]uint32{}}
 	s.mu.Lock()
 	s.conns[c] = struct{}{}

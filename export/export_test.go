@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -312,54 +310,6 @@ func TestXattrs(t *testing.T) {
 	f.c.check(t)
 }
 
-// Locks (raw: the library's client sends Tlock without its fid): two
-// connections conflict; a blocking request is answered Blocked, not waited
-// for; unlock lets the other in; a connection that goes releases its locks.
-func TestLocks(t *testing.T) {
-	f := newFixture(t, Options{NoRootSquash: true})
-	os.WriteFile(filepath.Join(f.dir, "l"), make([]byte, 100), 0o666)
-	a, b := f.rawDial(t), f.rawDial(t)
-	for _, r := range []*raw{a, b} {
-		r.handshake(t, 64<<10, 0)
-		r.must(t, "walk", twalk(1, 0, 1, "l"))
-		r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
-	}
-	if st := a.lock(t, 1, p9.WriteLock, 0, 0, 10); st != p9.LockStatusOK {
-		t.Fatalf("first lock: %v", st)
-	}
-	// Same client name and pid, other connection: another owner.
-	if st := b.lock(t, 1, p9.WriteLock, 0, 5, 10); st != p9.LockStatusBlocked {
-		t.Fatalf("conflicting lock: %v, want Blocked", st)
-	}
-	start := time.Now()
-	if st := b.lock(t, 1, p9.ReadLock, p9.LockFlagsBlock, 0, 0); st != p9.LockStatusBlocked {
-		t.Fatalf("blocking conflicting lock: %v, want Blocked", st)
-	}
-	if time.Since(start) > 2*time.Second {
-		t.Fatal("a blocking lock request waited")
-	}
-	if st := b.lock(t, 1, p9.WriteLock, 0, 10, 10); st != p9.LockStatusOK {
-		t.Fatalf("lock of a free range: %v", st)
-	}
-	if st := a.lock(t, 1, p9.Unlock, 0, 0, 10); st != p9.LockStatusOK {
-		t.Fatalf("unlock: %v", st)
-	}
-	if st := b.lock(t, 1, p9.WriteLock, 0, 0, 10); st != p9.LockStatusOK {
-		t.Fatalf("lock after unlock: %v", st)
-	}
-	// b goes without unlocking: a gets the whole file.
-	b.c.Close()
-	<-b.done
-	if st := a.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
-		t.Fatalf("lock after the holder's connection ended: %v", st)
-	}
-	// Locking an unopened fid is EBADF.
-	a.must(t, "walk", twalk(1, 0, 2, "l"))
-	if e, err := lerror(a.rpc(t, tlock(1, 2, p9.WriteLock, 0, 0, 0))); err != nil || e != uint32(linux.EBADF) {
-		t.Fatalf("lock of an unopened fid: %d %v", e, err)
-	}
-}
-
 // Permissions are the host kernel's, for the attaching uid: root is
 // squashed to nobody unless NoRootSquash.
 func TestPermissions(t *testing.T) {
@@ -412,129 +362,6 @@ func TestPermissions(t *testing.T) {
 				t.Fatalf("mkdir with gid 1234: group %d (%v), want %d", st.Gid, err, wantGid)
 			}
 		})
-	}
-}
-
-// MaxFids bounds the files a connection holds; clunking frees room.
-func TestMaxFids(t *testing.T) {
-	f := newFixture(t, Options{MaxFids: 20})
-	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
-	s := f.dial(t, "")
-	var held []p9.File
-	for {
-		_, nf, err := s.root.Walk([]string{"x"})
-		if err != nil {
-			if !errors.Is(err, linux.EMFILE) {
-				t.Fatalf("walk past the limit: %v, want EMFILE", err)
-			}
-			break
-		}
-		held = append(held, nf)
-		if len(held) > 20 {
-			t.Fatal("walked past MaxFids")
-		}
-	}
-	if len(held) < 15 {
-		t.Fatalf("only %d walks before EMFILE", len(held))
-	}
-	held[0].Close()
-	if _, nf, err := s.root.Walk([]string{"x"}); err != nil {
-		t.Fatalf("walk after a clunk: %v", err)
-	} else {
-		nf.Close()
-	}
-}
-
-// A connection cut in the middle leaves nothing behind: no node, handle,
-// directory stream, host descriptor or lock.
-func TestCleanupOnDisconnect(t *testing.T) {
-	f := newFixture(t, Options{NoRootSquash: true})
-	for i := range 10 {
-		os.WriteFile(filepath.Join(f.dir, fmt.Sprint(i)), []byte("data"), 0o644)
-	}
-	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
-	fds := func() int {
-		ents, _ := os.ReadDir("/proc/self/fd")
-		return len(ents)
-	}
-	before := fds()
-	r := f.rawDial(t)
-	r.handshake(t, 64<<10, 0)
-	r.must(t, "walk", twalk(1, 0, 1, "3"))
-	r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
-	if st := r.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
-		t.Fatalf("lock: %v", st)
-	}
-	r.must(t, "walk d", twalk(1, 0, 2, "d"))
-	r.must(t, "open d", frame(tLopen, 1, uint32(2), uint32(0)))
-	r.must(t, "readdir", frame(tReaddir, 1, uint32(2), uint64(0), uint32(1000)))
-	for i := range uint32(100) {
-		r.must(t, "walk", twalk(1, 0, 10+i, fmt.Sprint(i%10)))
-		if i%3 == 0 {
-			r.must(t, "open", frame(tLopen, 1, 10+i, uint32(0)))
-		}
-	}
-	r.must(t, "walk", twalk(1, 0, 3))
-	r.must(t, "create", frame(tLcreate, 1, uint32(3), "new", uint32(2), uint32(0o644), ^uint32(0)))
-	if f.c.nodes.Load() == 0 || f.c.handles.Load() == 0 || f.c.dirs.Load() == 0 {
-		t.Fatal("the test holds nothing")
-	}
-	r.c.Close()
-	<-r.done
-	f.c.check(t)
-	if after := fds(); after > before {
-		t.Errorf("%d descriptors before, %d after", before, after)
-	}
-	// The lock is gone, as another connection sees.
-	o := f.rawDial(t)
-	o.handshake(t, 64<<10, 0)
-	o.must(t, "walk", twalk(1, 0, 1, "3"))
-	o.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
-	if st := o.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
-		t.Fatalf("lock after the holder was cut: %v", st)
-	}
-}
-
-// Clunking everything releases everything while the connection lasts.
-func TestClunkReleases(t *testing.T) {
-	f := newFixture(t, Options{})
-	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
-	s := f.dial(t, "")
-	for range 10 {
-		x := walk(t, s.root, "x")
-		x.Open(p9.ReadOnly)
-		y := walk(t, x)
-		x.Close()
-		y.Close()
-	}
-	f.c.check(t)
-}
-
-// A message larger than msize is skipped and answered EMSGSIZE; the
-// connection goes on.
-func TestOversizedMessage(t *testing.T) {
-	f := newFixture(t, Options{})
-	r := f.rawDial(t)
-	r.handshake(t, 8192, nobodyUid)
-	big := frame(tWrite, 9, uint32(0), uint64(0), uint32(100000), make([]byte, 100000))
-	go r.c.Write(big) // the pipe takes it as the server reads it
-	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	typ, body, err := r.recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e, err := lerror(typ, body); err != nil || e != uint32(linux.EMSGSIZE) {
-		t.Fatalf("oversized message: reply %d errno %d", typ, e)
-	}
-	r.must(t, "getattr after", frame(tGetattr, 1, uint32(0), uint64(0x3fff)))
-}
-
-// MaxConns: a connection past the limit is closed at once.
-func TestMaxConns(t *testing.T) {
-	f := newFixture(t, Options{MaxConns: 1})
-	f.dial(t, "")
-	if _, err := f.tryDial(""); err == nil {
-		t.Fatal("a second connection was served")
 	}
 }
 
@@ -627,54 +454,6 @@ func TestCoherenceWithFUSE(t *testing.T) {
 	}
 }
 
-// Serve over a unix socket; cancelling its context closes every
-// connection and releases what they held.
-func TestServe(t *testing.T) {
-	f := newFixture(t, Options{NoRootSquash: true})
-	os.WriteFile(filepath.Join(f.dir, "x"), []byte("x"), 0o644)
-	sock := filepath.Join(t.TempDir(), "s")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error)
-	go func() { served <- f.s.Serve(ctx, l) }()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := p9.NewClient(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := cl.Attach("") // no uid: nobody
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := walk(t, root, "x")
-	if _, _, err := x.Open(p9.ReadOnly); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.s.Requests(); n < 4 {
-		t.Fatalf("Requests() = %d after version, attach, walk, open", n)
-	}
-	cancel()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return")
-	}
-	f.c.check(t)
-	if _, err := c.Read(make([]byte, 1)); err == nil || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
-		t.Fatalf("connection after Serve returned: %v", err)
-	}
-}
-
 // An open file that has been unlinked still takes fchmod, ftruncate and
 // fsetxattr, as POSIX has it.
 func TestUnlinkedOpenFile(t *testing.T) {
@@ -717,94 +496,6 @@ func TestEmptyXattrList(t *testing.T) {
 	body := r.must(t, "xattrwalk list", frame(tXattrwalk, 1, uint32(1), uint32(2), ""))
 	if size := binary.LittleEndian.Uint64(body); size != uint64(n) {
 		t.Fatalf("list size %d, host %d", size, n)
-	}
-}
-
-// Tgetlock tells the lock that conflicts, or none.
-func TestGetlock(t *testing.T) {
-	f := newFixture(t, Options{NoRootSquash: true})
-	os.WriteFile(filepath.Join(f.dir, "l"), make([]byte, 100), 0o666)
-	a, b := f.rawDial(t), f.rawDial(t)
-	for _, r := range []*raw{a, b} {
-		r.handshake(t, 64<<10, 0)
-		r.must(t, "walk", twalk(1, 0, 1, "l"))
-		r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
-	}
-	getlock := func(r *raw) (typ uint8, start, length uint64) {
-		body := r.must(t, "getlock", frame(tGetlock, 1, uint32(1), uint8(p9wire.LockWrite), uint64(0), uint64(0), uint32(7), "b"))
-		d := p9wire.Dec{B: body}
-		return d.U8(), d.U64(), d.U64()
-	}
-	if typ, _, _ := getlock(b); typ != p9wire.LockUnlock {
-		t.Fatalf("getlock of a free file: type %d", typ)
-	}
-	if st := a.lock(t, 1, p9.ReadLock, 0, 10, 5); st != p9.LockStatusOK {
-		t.Fatalf("lock: %v", st)
-	}
-	if typ, start, length := getlock(b); typ != p9wire.LockRead || start != 10 || length != 5 {
-		t.Fatalf("getlock: type %d start %d length %d, want a read lock at 10 for 5", typ, start, length)
-	}
-	// One's own lock does not conflict.
-	body := a.must(t, "getlock", frame(tGetlock, 1, uint32(1), uint8(p9wire.LockWrite), uint64(0), uint64(0), uint32(42), "client"))
-	if body[0] != p9wire.LockUnlock {
-		t.Fatalf("getlock of one's own lock: type %d", body[0])
-	}
-}
-
-// hungWalk is a connection with a walk of tag 5 (to fid 1) hung in a
-// layer until it is cancelled.
-func hungWalk(t *testing.T) *raw {
-	r := newFixture(t, Options{}).rawDial(t)
-	r.handshake(t, 64<<10, nobodyUid)
-	r.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-// Tflush cancels a request that hangs in a layer, and answers after it.
-func TestFlush(t *testing.T) {
-	r := hungWalk(t)
-	// Other requests are served meanwhile.
-	r.must(t, "getattr while one hangs", frame(tGetattr, 6, uint32(0), uint64(0x3fff)))
-	if _, err := r.c.Write(frame(tFlush, 7, uint16(5))); err != nil {
-		t.Fatal(err)
-	}
-	var tags []uint16
-	for len(tags) == 0 || tags[len(tags)-1] != 7 {
-		var hdr [7]byte
-		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
-			t.Fatalf("after Tflush: %v (got tags %v)", err, tags)
-		}
-		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
-		tags = append(tags, binary.LittleEndian.Uint16(hdr[5:]))
-	}
-	if len(tags) > 2 || len(tags) == 2 && tags[0] != 5 {
-		t.Fatalf("replies by tag: %v, want the flushed one (or none) before Rflush", tags)
-	}
-	// Tag 5 is free again, and the fid was not made.
-	if e, err := lerror(r.rpc(t, frame(tGetattr, 5, uint32(1), uint64(0x3fff)))); err != nil || e != uint32(linux.EBADF) {
-		t.Fatalf("getattr of the flushed walk's fid: %d %v", e, err)
-	}
-}
-
-// Tversion aborts the requests of the old session (version(5)): one that
-// hangs in a layer until cancelled does not hold the new session up.
-func TestVersionAborts(t *testing.T) {
-	r := hungWalk(t)
-	if _, err := r.c.Write(frame(tVersion, 0xffff, uint32(8192), "9P2000.L")); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		var hdr [7]byte
-		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
-			t.Fatalf("no Rversion while a request hangs: %v", err)
-		}
-		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
-		if hdr[4] == tVersion+1 {
-			break
-		}
 	}
 }
 

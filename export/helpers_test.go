@@ -431,6 +431,15 @@ func (r *raw) handshake(t testing.TB, msize uint32, uid uint32) {
 	r.must(t, "attach", frame(tAttach, 1, uint32(0), ^uint32(0), "", "", uid))
 }
 
+// openRW attaches fid 0 as root and opens name below it read-write as
+// fid 1.
+func (r *raw) openRW(t testing.TB, name string) {
+	t.Helper()
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "walk", twalk(1, 0, 1, name))
+	r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(2)))
+}
+
 func tlock(tag uint16, fid uint32, typ p9.LockType, flags p9.LockFlags, start, length uint64) []byte {
 	return frame(tLock, tag, fid, uint8(typ), uint32(flags), start, length, uint32(42), "client")
 }

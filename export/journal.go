@@ -16,7 +16,7 @@ import (
 
 // The cache controller (seeds/004, package journal): a journal per client
 // UUID, read through the synthetic tree of attach name journal.Aname
-// (jtree.go), filled by the roots' holders from the stack's coherence
+// (fid_journal.go), filled by the roots' holders from the stack's coherence
 // manager with Change records about the QIDs the client may cache.
 
 // Journal bounds' defaults (Options).
@@ -258,7 +258,7 @@ func (j *jrnl) change(k interestKey, fields func() []journal.Field) {
 	j.mu.Unlock()
 }
 
-// read appends to m the records after seq n that fit in count bytes,
+// read returns the records after seq n that fit in count bytes,
 // waiting until there is one, or ctx or stop ends (EINTR). The records
 // up to n are forgotten. If some after n are gone (forgotten by a read
 // after n, or n is not a seq of this journal: a client that read another
@@ -266,29 +266,29 @@ func (j *jrnl) change(k interestKey, fields func() []journal.Field) {
 // interest set is cleared. A count too
 // small for the next record is EINVAL: a short reply would look like
 // the end of the file.
-func (j *jrnl) read(ctx context.Context, stop <-chan struct{}, n uint64, count int, m *p9wire.Enc) syscall.Errno {
+func (j *jrnl) read(ctx context.Context, stop <-chan struct{}, n uint64, count int) ([]byte, syscall.Errno) {
 	for {
 		j.mu.Lock()
 		if n < j.base || n > j.last {
 			j.resetLocked()
-			e := j.replyLocked(count, m)
+			b, e := j.replyLocked(count)
 			j.mu.Unlock()
-			return e
+			return b, e
 		}
 		j.forgetLocked(n)
 		if len(j.recs) > 0 {
-			e := j.replyLocked(count, m)
+			b, e := j.replyLocked(count)
 			j.mu.Unlock()
-			return e
+			return b, e
 		}
 		wake := j.wake
 		j.mu.Unlock()
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return syscall.EINTR
+			return nil, syscall.EINTR
 		case <-stop:
-			return syscall.EINTR
+			return nil, syscall.EINTR
 		}
 	}
 }
@@ -313,27 +313,24 @@ func (j *jrnl) appliedLocked() {
 	j.applied = make(chan struct{})
 }
 
-// replyLocked encodes the first records that fit in count into m.
-func (j *jrnl) replyLocked(count int, m *p9wire.Enc) syscall.Errno {
-	at := len(m.B)
-	m.U32(0)
+// replyLocked encodes the first records that fit in count.
+func (j *jrnl) replyLocked(count int) ([]byte, syscall.Errno) {
+	var b []byte
 	k := 0
 	for _, rec := range j.recs {
-		start := len(m.B)
-		m.B = journal.Append(m.B, &rec)
-		if len(m.B)-at-4 > count {
-			m.B = m.B[:start]
+		start := len(b)
+		b = journal.Append(b, &rec)
+		if len(b) > count {
+			b = b[:start]
 			break
 		}
 		k++
 	}
 	if k == 0 {
-		m.B = m.B[:at]
-		return syscall.EINVAL
+		return nil, syscall.EINVAL
 	}
-	binary.LittleEndian.PutUint32(m.B[at:], uint32(len(m.B)-at-4))
 	j.ctl.sent.Add(int64(k))
-	return 0
+	return b, 0
 }
 
 // jholder is a root's holder in the coherence manager: it turns the

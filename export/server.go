@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os/user"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/p9wire"
 )
 
@@ -85,7 +82,9 @@ func (c *conn) loop() {
 			// A flush is a request in flight too: it waits for a slot,
 			// but cancels first, so that the requests it flushes (maybe
 			// all that hold the slots) end.
-			old := d.U16()
+			var fl p9wire.Flush
+			fl.Decode(d)
+			old := fl.OldTag
 			c.mu.Lock()
 			q := c.tags[old]
 			c.mu.Unlock()
@@ -146,7 +145,7 @@ func (c *conn) cancelAll() {
 // send writes a reply; q's tag is free again once it is on its way (a
 // Tflush that then finds no tag answers after it). A reply the client
 // does not take within writeTimeout, or that fails, ends the connection.
-func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
+func (c *conn) send(q *req, tag uint16, b []byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if q != nil {
@@ -165,7 +164,6 @@ func (c *conn) send(q *req, tag uint16, e *p9wire.Enc) {
 	if d, ok := c.rw.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		d.SetWriteDeadline(time.Now().Add(writeTimeout))
 	}
-	b := e.Frame()
 	c.s.counts.bytesOut.Add(uint64(len(b)))
 	if _, err := c.rw.Write(b); err != nil {
 		// The client will not hear us: end the connection, and the
@@ -186,21 +184,20 @@ func (c *conn) flush(tag, old uint16) {
 		q.cancel()
 		<-q.done
 	}
-	c.send(nil, tag, p9wire.Msg(p9wire.Tflush+1, tag))
+	c.send(nil, tag, p9wire.Encode(&p9wire.NoReply{T: p9wire.Tflush}, tag))
 }
 
-func rerror(tag uint16, e syscall.Errno) *p9wire.Enc {
-	m := p9wire.Msg(p9wire.Rlerror, tag)
-	m.U32(uint32(e))
-	return m
+func rerror(tag uint16, e syscall.Errno) []byte {
+	return p9wire.Encode(&p9wire.ErrorReply{Ecode: uint32(e)}, tag)
 }
 
 // version starts a session: every fid of the one before goes.
-func (c *conn) version(tag uint16, d *p9wire.Dec) *p9wire.Enc {
-	msize, v := d.U32(), d.Str()
-	if d.Err != nil || msize < minMsize {
+func (c *conn) version(tag uint16, d *p9wire.Dec) []byte {
+	m := decode[p9wire.VersionReq](d)
+	if m == nil || m.Msize < minMsize {
 		return rerror(tag, syscall.EINVAL)
 	}
+	msize, v := m.Msize, m.Version
 	c.releaseAll()
 	// Clients that ask a later version of 9P2000.L (hugelgupf/p9's
 	// 9P2000.L.Google.N) take the plain one.
@@ -213,10 +210,7 @@ func (c *conn) version(tag uint16, d *p9wire.Dec) *p9wire.Enc {
 	c.wmu.Lock()
 	c.msize = msize
 	c.wmu.Unlock()
-	m := p9wire.Msg(p9wire.Tversion+1, tag)
-	m.U32(msize)
-	m.Str(v)
-	return m
+	return p9wire.Encode(&p9wire.VersionReply{Msize: msize, Version: v}, tag)
 }
 
 // ioMax is the most data an Rread or Rreaddir may carry.
@@ -227,7 +221,7 @@ func (c *conn) ioMax() uint32 {
 }
 
 // serveOne serves one request and returns its reply.
-func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.Dec) (reply *p9wire.Enc) {
+func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.Dec) (reply []byte) {
 	// A bug met by one request must not end every client's service: it
 	// is logged with its stack and answered EIO.
 	defer func() {
@@ -237,313 +231,16 @@ func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.De
 			reply = rerror(tag, syscall.EIO)
 		}
 	}()
-	m := p9wire.Msg(typ+1, tag)
 	h := handlers[typ]
 	if h == nil {
 		return rerror(tag, syscall.EOPNOTSUPP)
 	}
-	if e := h(c, ctx, d, m); e != 0 {
+	m, e := h(c, ctx, d)
+	if e != 0 {
 		return rerror(tag, e)
 	}
-	return m
-}
-
-// A handler decodes a request from d, serves it and appends its reply's
-// fields to m; or it returns the error to answer. Handlers read every
-// field before they act, and act only if d.Err is nil (malformed: EINVAL).
-type handler func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno
-
-var handlers [256]handler
-
-func init() {
-	handlers[p9wire.Tauth] = func(*conn, context.Context, *p9wire.Dec, *p9wire.Enc) syscall.Errno {
-		// No 9P authentication: a key, when configured, is TLS before
-		// any message. ENOENT is what clients (diod's, Linux's) take for
-		// "attach without".
-		return syscall.ENOENT
+	if m == nil {
+		m = &p9wire.NoReply{T: typ}
 	}
-	handlers[p9wire.Tattach] = (*conn).attach
-	handlers[p9wire.Twalk] = (*conn).walk
-	handlers[p9wire.Tclunk] = (*conn).clunk
-	handlers[p9wire.Tremove] = (*conn).remove
-	handlers[p9wire.Txattrwalk] = (*conn).xattrwalk
-	handlers[p9wire.Tlink] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-		dfid, fid, name := d.U32(), d.U32(), d.Str()
-		if d.Err != nil || badName(name) {
-			return syscall.EINVAL
-		}
-		return c.pair(dfid, false, fid, func(f, o *file) syscall.Errno {
-			return f.link(f.opCtx(ctx), o, name)
-		})
-	}
-	handlers[p9wire.Trenameat] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-		olddir, oldName, newdir, newName := d.U32(), d.Str(), d.U32(), d.Str()
-		if d.Err != nil || badName(oldName, newName) {
-			return syscall.EINVAL
-		}
-		return c.pair(olddir, false, newdir, func(f, o *file) syscall.Errno {
-			return f.renameat(f.opCtx(ctx), oldName, o, newName)
-		})
-	}
-	handlers[p9wire.Trename] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-		fid, dfid, name := d.U32(), d.U32(), d.Str()
-		if d.Err != nil || badName(name) {
-			return syscall.EINVAL
-		}
-		return c.pair(fid, true, dfid, func(f, o *file) syscall.Errno {
-			if o == f {
-				return syscall.EINVAL // into itself
-			}
-			return f.rename(f.opCtx(ctx), o, name)
-		})
-	}
-	for _, ops := range []struct {
-		m    map[uint8]fidOp
-		excl bool
-	}{{fidOps, false}, {fidChanges, true}} {
-		for typ, op := range ops.m {
-			handlers[typ] = func(c *conn, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-				f, e := c.fid(d.U32())
-				if e != 0 {
-					return e
-				}
-				if !f.use(ops.excl) {
-					return syscall.EBADF
-				}
-				defer f.done(ops.excl)
-				if f.jt != nil {
-					return f.jop(ctx, typ, d, m)
-				}
-				// The client may cache what it learns of the fid's file.
-				c.note(ctx, f.r, f.qid())
-				return op(f, f.opCtx(ctx), d, m)
-			}
-		}
-	}
-}
-
-// pair serves op on the files of fids a and b (which may be one), both in
-// use for the whole of it, a exclusively if excl: neither changes what it
-// is nor is released meanwhile. Two files are taken in the order they
-// were made, so that requests on the same two never wait for each other.
-func (c *conn) pair(a uint32, excl bool, b uint32, op func(f, o *file) syscall.Errno) syscall.Errno {
-	f, e := c.fid(a)
-	if e != 0 {
-		return e
-	}
-	o, e := c.fid(b)
-	if e != 0 {
-		return e
-	}
-	if o == f {
-		if !f.use(excl) {
-			return syscall.EBADF
-		}
-		defer f.done(excl)
-		return op(f, f)
-	}
-	type user struct {
-		f    *file
-		excl bool
-	}
-	us := [2]user{{f, excl}, {o, false}}
-	if o.seq < f.seq {
-		us[0], us[1] = us[1], us[0]
-	}
-	if !us[0].f.use(us[0].excl) {
-		return syscall.EBADF
-	}
-	defer us[0].f.done(us[0].excl)
-	if !us[1].f.use(us[1].excl) {
-		return syscall.EBADF
-	}
-	defer us[1].f.done(us[1].excl)
-	return op(f, o)
-}
-
-type fidOp = func(f *file, ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno
-
-// fidChanges are the requests that change what their fid is: they have it
-// to themselves.
-var fidChanges = map[uint8]fidOp{
-	p9wire.Tlopen:       (*file).lopen,
-	p9wire.Tlcreate:     (*file).lcreate,
-	p9wire.Txattrcreate: (*file).xattrcreate,
-}
-
-// fidOps are the requests on one fid (its number first), served by the
-// fid's file while it is in use.
-var fidOps = map[uint8]fidOp{
-	p9wire.Tread:     (*file).read,
-	p9wire.Twrite:    (*file).write,
-	p9wire.Tstatfs:   (*file).statfs,
-	p9wire.Tgetattr:  (*file).getattr,
-	p9wire.Tsetattr:  (*file).setattr,
-	p9wire.Treaddir:  (*file).readdir,
-	p9wire.Tfsync:    (*file).fsync,
-	p9wire.Tlock:     (*file).lock,
-	p9wire.Tgetlock:  (*file).getlock,
-	p9wire.Tmkdir:    (*file).mkdir,
-	p9wire.Tunlinkat: (*file).unlinkat,
-	p9wire.Tsymlink:  (*file).symlink,
-	p9wire.Tmknod:    (*file).mknod,
-	p9wire.Treadlink: (*file).readlink,
-}
-
-// attach: n_uname, else uname in the user database, else nobody; the
-// attach name is a root's, maybe followed by a path below it.
-func (c *conn) attach(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid, _, uname, aname, uid := d.U32(), d.U32(), d.Str(), d.Str(), d.U32()
-	if d.Err != nil {
-		return syscall.EINVAL
-	}
-	if uid == p9wire.NoUID {
-		uid = nobody
-		if u, err := user.Lookup(uname); err == nil {
-			if n, err := strconv.ParseUint(u.Uid, 10, 32); err == nil {
-				uid = uint32(n)
-			}
-		}
-	}
-	if c.full() {
-		return syscall.EMFILE
-	}
-	f := &file{c: c, seq: c.seq.Add(1), who: c.s.caller(uid)}
-	if strings.Trim(aname, "/") == journal.Aname {
-		f.jt = newJnode(jRoot, nil)
-		// The QID before the bind: once bound, a pipelined request on
-		// the fid (a Tlcreate) may change what it names.
-		q := f.jt.qid()
-		if e := c.bind(fid, f, nil); e != 0 {
-			return e
-		}
-		m.Qid(q)
-		return 0
-	}
-	top, e := f.mount(ctx, "")
-	if e != 0 {
-		return e
-	}
-	var names []string
-	if rest := strings.Trim(aname, "/"); rest != "" {
-		names = strings.Split(rest, "/")
-	}
-	w, qids, e := f.walkFrom(ctx, walkState{at: top}, names)
-	if e != 0 {
-		return e
-	}
-	if len(qids) < len(names) {
-		return syscall.ENOENT // the name after the last QID
-	}
-	// The attach's file is the top of its tree: ".." stops there.
-	for _, u := range w.up {
-		c.unref(u)
-	}
-	f.pos = w.at
-	q := f.qid() // before the bind, as for the journal tree's
-	if e := c.bind(fid, f, nil); e != 0 {
-		f.release()
-		return e
-	}
-	c.note(ctx, f.r, q)
-	m.Qid(q)
-	return 0
-}
-
-func (c *conn) walk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid, newfid, n := d.U32(), d.U32(), int(d.U16())
-	if n > p9wire.MaxWelem {
-		return syscall.EINVAL
-	}
-	names := make([]string, n)
-	for i := range names {
-		names[i] = d.Str()
-	}
-	if d.Err != nil {
-		return syscall.EINVAL
-	}
-	f, e := c.fid(fid)
-	if e != 0 {
-		return e
-	}
-	if !f.use(false) {
-		return syscall.EBADF
-	}
-	nf, qids, e := f.walk(ctx, names)
-	f.done(false)
-	if e != 0 {
-		return e
-	}
-	if nf != nil {
-		var old *file
-		if newfid == fid {
-			old = f
-		}
-		if e := c.bind(newfid, nf, old); e != 0 {
-			nf.release()
-			return e
-		}
-	}
-	m.U16(uint16(len(qids)))
-	for _, q := range qids {
-		m.Qid(q)
-	}
-	return 0
-}
-
-// clunk forgets fid; a value Txattrcreate gathered is set now, and its
-// error is the clunk's.
-func (c *conn) clunk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid := d.U32()
-	if d.Err != nil {
-		return syscall.EINVAL
-	}
-	f, e := c.unbind(fid)
-	if e != 0 {
-		return e
-	}
-	f.stopReads()
-	e = f.commitXattr(ctx)
-	f.release()
-	return e
-}
-
-// remove removes fid's file and clunks fid, even when it fails.
-func (c *conn) remove(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid := d.U32()
-	if d.Err != nil {
-		return syscall.EINVAL
-	}
-	f, e := c.unbind(fid)
-	if e != 0 {
-		return e
-	}
-	defer f.release()
-	return f.remove(ctx)
-}
-
-func (c *conn) xattrwalk(ctx context.Context, d *p9wire.Dec, m *p9wire.Enc) syscall.Errno {
-	fid, newfid, name := d.U32(), d.U32(), d.Str()
-	if d.Err != nil {
-		return syscall.EINVAL
-	}
-	f, e := c.fid(fid)
-	if e != 0 {
-		return e
-	}
-	if !f.use(false) {
-		return syscall.EBADF
-	}
-	c.note(ctx, f.r, f.qid())
-	nf, e := f.xattrwalk(f.opCtx(ctx), name)
-	f.done(false)
-	if e != 0 {
-		return e
-	}
-	if e := c.bind(newfid, nf, nil); e != 0 {
-		nf.release()
-		return e
-	}
-	m.U64(uint64(len(nf.xval)))
-	return 0
+	return p9wire.Encode(m, tag)
 }

@@ -1,0 +1,244 @@
+package export
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hugelgupf/p9/linux"
+	"github.com/hugelgupf/p9/p9"
+)
+
+// The connection: its bounds, its end, Tflush and Tversion.
+
+// MaxFids bounds the files a connection holds; clunking frees room.
+func TestMaxFids(t *testing.T) {
+	f := newFixture(t, Options{MaxFids: 20})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	s := f.dial(t, "")
+	var held []p9.File
+	for {
+		_, nf, err := s.root.Walk([]string{"x"})
+		if err != nil {
+			if !errors.Is(err, linux.EMFILE) {
+				t.Fatalf("walk past the limit: %v, want EMFILE", err)
+			}
+			break
+		}
+		held = append(held, nf)
+		if len(held) > 20 {
+			t.Fatal("walked past MaxFids")
+		}
+	}
+	if len(held) < 15 {
+		t.Fatalf("only %d walks before EMFILE", len(held))
+	}
+	held[0].Close()
+	if _, nf, err := s.root.Walk([]string{"x"}); err != nil {
+		t.Fatalf("walk after a clunk: %v", err)
+	} else {
+		nf.Close()
+	}
+}
+
+// A connection cut in the middle leaves nothing behind: no node, handle,
+// directory stream, host descriptor or lock.
+func TestCleanupOnDisconnect(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	for i := range 10 {
+		os.WriteFile(filepath.Join(f.dir, fmt.Sprint(i)), []byte("data"), 0o644)
+	}
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	before := fds()
+	r := f.rawDial(t)
+	r.openRW(t, "3")
+	if st := r.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
+		t.Fatalf("lock: %v", st)
+	}
+	r.must(t, "walk d", twalk(1, 0, 2, "d"))
+	r.must(t, "open d", frame(tLopen, 1, uint32(2), uint32(0)))
+	r.must(t, "readdir", frame(tReaddir, 1, uint32(2), uint64(0), uint32(1000)))
+	for i := range uint32(100) {
+		r.must(t, "walk", twalk(1, 0, 10+i, fmt.Sprint(i%10)))
+		if i%3 == 0 {
+			r.must(t, "open", frame(tLopen, 1, 10+i, uint32(0)))
+		}
+	}
+	r.must(t, "walk", twalk(1, 0, 3))
+	r.must(t, "create", frame(tLcreate, 1, uint32(3), "new", uint32(2), uint32(0o644), ^uint32(0)))
+	if f.c.nodes.Load() == 0 || f.c.handles.Load() == 0 || f.c.dirs.Load() == 0 {
+		t.Fatal("the test holds nothing")
+	}
+	r.c.Close()
+	<-r.done
+	f.c.check(t)
+	if after := fds(); after > before {
+		t.Errorf("%d descriptors before, %d after", before, after)
+	}
+	// The lock is gone, as another connection sees.
+	o := f.rawDial(t)
+	o.openRW(t, "3")
+	if st := o.lock(t, 1, p9.WriteLock, 0, 0, 0); st != p9.LockStatusOK {
+		t.Fatalf("lock after the holder was cut: %v", st)
+	}
+}
+
+// Clunking everything releases everything while the connection lasts.
+func TestClunkReleases(t *testing.T) {
+	f := newFixture(t, Options{})
+	os.WriteFile(filepath.Join(f.dir, "x"), nil, 0o644)
+	s := f.dial(t, "")
+	for range 10 {
+		x := walk(t, s.root, "x")
+		x.Open(p9.ReadOnly)
+		y := walk(t, x)
+		x.Close()
+		y.Close()
+	}
+	f.c.check(t)
+}
+
+// A message larger than msize is skipped and answered EMSGSIZE; the
+// connection goes on.
+func TestOversizedMessage(t *testing.T) {
+	f := newFixture(t, Options{})
+	r := f.rawDial(t)
+	r.handshake(t, 8192, nobodyUid)
+	big := frame(tWrite, 9, uint32(0), uint64(0), uint32(100000), make([]byte, 100000))
+	go r.c.Write(big) // the pipe takes it as the server reads it
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	typ, body, err := r.recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := lerror(typ, body); err != nil || e != uint32(linux.EMSGSIZE) {
+		t.Fatalf("oversized message: reply %d errno %d", typ, e)
+	}
+	r.must(t, "getattr after", frame(tGetattr, 1, uint32(0), uint64(0x3fff)))
+}
+
+// MaxConns: a connection past the limit is closed at once.
+func TestMaxConns(t *testing.T) {
+	f := newFixture(t, Options{MaxConns: 1})
+	f.dial(t, "")
+	if _, err := f.tryDial(""); err == nil {
+		t.Fatal("a second connection was served")
+	}
+}
+
+// Serve over a unix socket; cancelling its context closes every
+// connection and releases what they held.
+func TestServe(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "x"), []byte("x"), 0o644)
+	sock := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- f.s.Serve(ctx, l) }()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := p9.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := cl.Attach("") // no uid: nobody
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := walk(t, root, "x")
+	if _, _, err := x.Open(p9.ReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.s.Requests(); n < 4 {
+		t.Fatalf("Requests() = %d after version, attach, walk, open", n)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	f.c.check(t)
+	if _, err := c.Read(make([]byte, 1)); err == nil || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("connection after Serve returned: %v", err)
+	}
+}
+
+// hungWalk is a connection with a walk of tag 5 (to fid 1) hung in a
+// layer until it is cancelled.
+func hungWalk(t *testing.T) *raw {
+	r := newFixture(t, Options{}).rawDial(t)
+	r.handshake(t, 64<<10, nobodyUid)
+	r.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write(twalk(5, 0, 1, blockName)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Tflush cancels a request that hangs in a layer, and answers after it.
+func TestFlush(t *testing.T) {
+	r := hungWalk(t)
+	// Other requests are served meanwhile.
+	r.must(t, "getattr while one hangs", frame(tGetattr, 6, uint32(0), uint64(0x3fff)))
+	if _, err := r.c.Write(frame(tFlush, 7, uint16(5))); err != nil {
+		t.Fatal(err)
+	}
+	var tags []uint16
+	for len(tags) == 0 || tags[len(tags)-1] != 7 {
+		var hdr [7]byte
+		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
+			t.Fatalf("after Tflush: %v (got tags %v)", err, tags)
+		}
+		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
+		tags = append(tags, binary.LittleEndian.Uint16(hdr[5:]))
+	}
+	if len(tags) > 2 || len(tags) == 2 && tags[0] != 5 {
+		t.Fatalf("replies by tag: %v, want the flushed one (or none) before Rflush", tags)
+	}
+	// Tag 5 is free again, and the fid was not made.
+	if e, err := lerror(r.rpc(t, frame(tGetattr, 5, uint32(1), uint64(0x3fff)))); err != nil || e != uint32(linux.EBADF) {
+		t.Fatalf("getattr of the flushed walk's fid: %d %v", e, err)
+	}
+}
+
+// Tversion aborts the requests of the old session (version(5)): one that
+// hangs in a layer until cancelled does not hold the new session up.
+func TestVersionAborts(t *testing.T) {
+	r := hungWalk(t)
+	if _, err := r.c.Write(frame(tVersion, 0xffff, uint32(8192), "9P2000.L")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var hdr [7]byte
+		if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
+			t.Fatalf("no Rversion while a request hangs: %v", err)
+		}
+		io.CopyN(io.Discard, r.c, int64(binary.LittleEndian.Uint32(hdr[:]))-7)
+		if hdr[4] == tVersion+1 {
+			break
+		}
+	}
+}
