@@ -8,10 +8,13 @@
 # grep run once more. Per step and row: the median time and the 9P
 # requests the client sent (counted by the relay); then the requests the
 # hot run saves, a restarted client's requests against a cold start's, and
-# the targets. With -p, also a plot of time against latency.
+# the targets. With -p, also a plot of time against latency. With -B,
+# each network row also on another revision's build, and the times of one
+# set against the other's.
 #
 #   bench/net/cache.sh [-n RUNS] [-o OUT.md] [-p OUT.png] [-d WORKDIR]
 #                      [-l RTTS] [-s SYSTEMS] [-t SECS] [-T TREE] [-G WHERE]
+#                      [-B REV]
 #
 #   -n RUNS     repetitions of every row (default 3)
 #   -o OUT.md   also write the report (markdown) to OUT.md, the raw
@@ -39,6 +42,17 @@
 #               directory: every build then looks up each of the 73
 #               standard packages it links in the cache over the network,
 #               some 4,800 requests uncached: minutes a build at 50 ms)
+#   -B REV      also build REV (a git revision of this repository, e.g.
+#               669a1f9 or HEAD~1) into a private binary, and run every
+#               network row (uncached, cached, disk) on it as well, as
+#               SYSTEM@base: server and client from REV's build, the relay
+#               this build's. Each repetition runs a row on both builds
+#               back to back, this build first in odd repetitions, REV's
+#               first in even ones. The report adds, per row and step, the
+#               median of each and current ÷ base, and ends with the worst
+#               ratio: PASS if no step of any row is more than 5% slower
+#               than on REV, else MISS. An even RUNS gives both builds
+#               the first turn as often. The plot draws this build only.
 #
 # The build: BurntSushi/toml's cmd/tomlv (shale's own dependency, from the
 # module cache: no network), the module copied into LOWER before each row,
@@ -66,8 +80,8 @@ export LC_ALL=C
 
 runs=3 out="" png="" work=/var/tmp/shale-netbench2 steptimeout=150
 rtts=0,10,50,100 systems=local,uncached,cached,disk gocachein=local
-SRC=/usr/local/go/src/container
-while getopts "n:o:p:d:l:s:t:T:G:h" opt; do
+SRC=/usr/local/go/src/container base_rev=""
+while getopts "n:o:p:d:l:s:t:T:G:B:h" opt; do
 	case $opt in
 	n) runs=$OPTARG ;;
 	o) out=$OPTARG ;;
@@ -78,11 +92,13 @@ while getopts "n:o:p:d:l:s:t:T:G:h" opt; do
 	t) steptimeout=$OPTARG ;;
 	T) SRC=$OPTARG ;;
 	G) gocachein=$OPTARG ;;
-	*) sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	B) base_rev=$OPTARG ;;
+	*) usage; exit 2 ;;
 	esac
 done
 positive n "$runs"
 positive t "$steptimeout"
+[ -z "$base_rev" ] || base_check "$base_rev"
 [[ $gocachein =~ ^(local|mount)$ ]] || { echo "cache.sh: -G wants local or mount, got '$gocachein'" >&2; exit 2; }
 [ -d "$SRC" ] || { echo "cache.sh: source tree $SRC is not a directory" >&2; exit 2; }
 SRC=$(realpath "$SRC")
@@ -104,6 +120,7 @@ for s in "${syslist[@]}"; do [ "$s" != local ] || rowlist+=(local); done
 for l in "${rttlist[@]}"; do
 	for s in "${syslist[@]}"; do [ "$s" = local ] || rowlist+=("$s-${l}ms"); done
 done
+base_rows
 rows=$(IFS=,; echo "${rowlist[*]}")
 
 # The build runs offline, on this toolchain only.
@@ -121,7 +138,7 @@ log "building bin/shale (scripts/setup.sh)"
 tmp=$(mktemp -d /tmp/shale-netbench2.XXXXXX)
 # A private copy: others rebuilding bin/shale during the run change nothing.
 cp bin/shale "$tmp/shale"
-shale=$tmp/shale
+shale=$tmp/shale shale_cur=$tmp/shale
 
 check_workdir "$work"
 results=$tmp/results.tsv
@@ -153,8 +170,9 @@ start_row() {
 		cp -a "$tmp/seed" "$tmp/gocache"
 		export GOCACHE=$tmp/gocache
 	fi
+	use_build "$r"
 	mnt_opts=()
-	case $r in
+	case ${r/@base/} in
 	local) mnt_url=$lower; return ;;
 	uncached-*) mnt_opts=(--cache-size off) ;;
 	disk-*) mnt_opts=(--cache-dir "$work/$r/cachedir") ;;
@@ -197,7 +215,7 @@ umount_row() {
 restart_row() {
 	local r=$1 mnt=$work/$1/mnt
 	umount_row "$r"
-	if [[ $r == disk-* ]]; then
+	if [[ ${r/@base/} == disk-* ]]; then
 		for _ in $(seq 100); do [ -e "$work/$r/cachedir/state" ] && break; sleep 0.1; done
 		[ -e "$work/$r/cachedir/state" ] || log "  $r: no $work/$r/cachedir/state 10 s after the unmount"
 	fi
@@ -210,6 +228,7 @@ restart_row() {
 }
 
 end_row() {
+	use_build "$1"
 	umount_row "$1"
 	stop "$delay_pid"
 	stop "$server_pid"
@@ -225,6 +244,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# REV's build (-B), once cleanup removes it whatever happens.
+[ -z "$base_rev" ] || build_base
 
 run_row() {
 	local r=$1 d=$work/$1/mnt lower=$work/$1/lower
@@ -244,7 +265,7 @@ run_row() {
 	step "$r" "find (warm)" w_find "$d" || true
 	cold; step "$r" "grep -r (cold)" w_grep "$d" || true
 	step "$r" "grep -r (warm)" w_grep "$d" || true
-	if [[ $r != uncached-* ]]; then
+	if [[ ${r/@base/} != uncached-* ]]; then
 		# The client restarts: same server, same relay, same cache dir.
 		restart_row "$r"
 		cold
@@ -260,7 +281,7 @@ run_row() {
 start=$EPOCHREALTIME
 for rep in $(seq "$runs"); do
 	log "repetition $rep of $runs"
-	for r in "${rowlist[@]}"; do run_row "$r"; done
+	for r in $(rep_rows); do run_row "$r"; done
 done
 elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
 # The raw results first: a report or plot redrawn from them needs no rerun.
@@ -270,14 +291,16 @@ elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a 
 report=$tmp/report.md
 unset GOCACHE
 {
-	echo "Command: \`bench/net/cache.sh $*\` (-n $runs -l $rtts -s $systems -t $steptimeout -G $gocachein), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
+	echo "Command: \`bench/net/cache.sh $*\` (-n $runs -l $rtts -s $systems -t $steptimeout -G $gocachein${base_rev:+ -B $base_rev}), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
 	echo
 	about_run
+	about_base
 	echo "- shale serve --no-root-squash LOWER, mounted by shale's 9P client through \`shale delay\` (loopback, half the RTT each way); uncached: \`--cache-size off\`; disk: \`--cache-dir\`"
 	echo "- build: \`go build -o tomlv $BUILDPKG\` of $(basename "$BUILD") ($(find "$BUILD" -name '*.go' | wc -l) .go files), GOCACHE $([ "$gocachein" = mount ] && echo "on the mount" || echo "local"), seeded with the standard library; $(go version | cut -d' ' -f3)"
 	echo "- metadata tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1))"
 	echo
 	go run ./bench/net/report -cache -rows "$rows" -timeout "$steptimeout" <"$results"
+	base_report -cache "$results"
 } >"$report"
 cat "$report"
 if [ -n "$png" ]; then

@@ -8,10 +8,13 @@
 # run. Per configuration, medians of the runs: the written bytes that
 # never reached the server, the opens that needed a consistency action,
 # the 9P requests of both clients and those delayed write saves, and the
-# wall time against the loop view's; beside Sprite's numbers.
+# wall time against the loop view's; beside Sprite's numbers. With -B,
+# each network configuration also on another revision's build, and the
+# times of one set against the other's.
 #
 #   bench/net/sprite.sh [-n RUNS] [-o OUT.md] [-d WORKDIR] [-l RTTS]
 #                       [-s SYSTEMS] [-F FILES] [-j JOBS] [-t SECS]
+#                       [-B REV]
 #
 #   -n RUNS     repetitions of every configuration (default 3; 1 for a
 #               quick try)
@@ -31,6 +34,17 @@
 #   -j JOBS     make -j (default 2)
 #   -t SECS     a step that runs longer is stopped and reported as
 #               "timeout" (default 300)
+#   -B REV      also build REV (a git revision of this repository, e.g.
+#               669a1f9 or HEAD~1) into a private binary, and run every
+#               network configuration (delay, wt, off) on it as well, as
+#               SYSTEM@base: server and both clients from REV's build, the
+#               relay this build's. Each repetition runs a configuration
+#               on both builds back to back, this build first in odd
+#               repetitions, REV's first in even ones. The report adds,
+#               per configuration and step (and the wall time), the median
+#               of each and current ÷ base, and ends with the worst ratio:
+#               PASS if none is more than 5% slower than on REV, else MISS.
+#               An even RUNS gives both builds the first turn as often.
 #
 # The tree, generated once: FILES modules of about 5 KB of C (a table and
 # eight switch-heavy functions each, 11 KB of assembly, 5 KB of object),
@@ -69,8 +83,8 @@ export LC_ALL=C
 . bench/net/lib.sh
 
 runs=3 out="" work=/var/tmp/shale-spritebench steptimeout=300
-rtts=0,50 systems=local,delay,wt files=24 jobs=2
-while getopts "n:o:d:l:s:F:j:t:h" opt; do
+rtts=0,50 systems=local,delay,wt files=24 jobs=2 base_rev=""
+while getopts "n:o:d:l:s:F:j:t:B:h" opt; do
 	case $opt in
 	n) runs=$OPTARG ;;
 	o) out=$OPTARG ;;
@@ -80,13 +94,15 @@ while getopts "n:o:d:l:s:F:j:t:h" opt; do
 	F) files=$OPTARG ;;
 	j) jobs=$OPTARG ;;
 	t) steptimeout=$OPTARG ;;
-	*) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+	B) base_rev=$OPTARG ;;
+	*) usage; exit 2 ;;
 	esac
 done
 positive n "$runs"
 positive t "$steptimeout"
 positive F "$files"
 positive j "$jobs"
+[ -z "$base_rev" ] || base_check "$base_rev"
 [ "$files" -le 100 ] || { echo "sprite.sh: -F wants at most 100 files, got $files" >&2; exit 2; }
 [ -z "$out" ] || out=$(realpath -m "$out")
 IFS=, read -r -a rttlist <<<"$rtts"
@@ -109,6 +125,7 @@ for s in "${syslist[@]}"; do [ "$s" != local ] || rowlist+=(local); done
 for l in "${rttlist[@]}"; do
 	for s in "${syslist[@]}"; do [ "$s" = local ] || rowlist+=("$s-${l}ms"); done
 done
+base_rows
 rows=$(IFS=,; echo "${rowlist[*]}")
 
 # gen_tree DIR N: the C tree (see the top).
@@ -240,7 +257,8 @@ trap 'exit 130' INT TERM
 log "building $tmp/shale from the work tree"
 # A private binary: others rebuilding bin/shale during the run change nothing.
 (CGO_ENABLED=0 go build -o "$tmp/shale" ./cmd/shale) || { echo "sprite.sh: go build ./cmd/shale failed" >&2; exit 1; }
-shale=$tmp/shale
+shale=$tmp/shale shale_cur=$tmp/shale
+[ -z "$base_rev" ] || build_base
 check_workdir "$work"
 gen_tree "$tmp/tree" "$files"
 # What the program prints built with SALT 1 (A's build) and 2 (B's, after
@@ -258,12 +276,13 @@ gen_tree "$tmp/tree" "$files"
 opts=() url="" sport=""
 start_row() {
 	local r=$1 lower=$work/$1/lower sprite=true
+	use_build "$r"
 	mkdir -p "$lower/tmp" "$work/$r/a" "$work/$r/b"
 	STEPLOG=$tmp/steps/$rep-$r
 	mkdir -p "$STEPLOG"
 	chmod 1777 "$lower/tmp"
 	cp -a "$tmp/tree" "$lower/tree"
-	case $r in
+	case ${r/@base/} in
 	local) url=$lower opts=(); return ;;
 	delay-*) opts=(--write-delay 30s) ;;
 	wt-*) opts=(--write-delay 0) ;;
@@ -287,6 +306,7 @@ mount_client() {
 
 end_row() {
 	local c mnt
+	use_build "$1"
 	for c in a b; do
 		mnt=$work/$1/$c
 		if mounted "$mnt"; then
@@ -352,7 +372,7 @@ run_row() {
 start=$EPOCHREALTIME
 for rep in $(seq "$runs"); do
 	log "repetition $rep of $runs"
-	for r in "${rowlist[@]}"; do run_row "$r"; done
+	for r in $(rep_rows); do run_row "$r"; done
 done
 elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
 # The raw results first: a report redrawn from them needs no rerun.
@@ -363,9 +383,10 @@ warn=$(cat "$tmp"/serve-*.log "$tmp"/mount-*.log 2>/dev/null | grep -v 'level=IN
 # --- report ----------------------------------------------------------------
 report=$tmp/report.md
 {
-	echo "Command: \`bench/net/sprite.sh $*\` (-n $runs -l $rtts -s $systems -F $files -j $jobs -t $steptimeout), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
+	echo "Command: \`bench/net/sprite.sh $*\` (-n $runs -l $rtts -s $systems -F $files -j $jobs -t $steptimeout${base_rev:+ -B $base_rev}), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
 	echo
 	about_run
+	about_base
 	echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other sessions' tests run beside)"
 	echo "- shale serve --sprite=true --no-root-squash LOWER; two clients, each \`shale mount [--write-delay 30s | --write-delay 0] 9p://…\` through one \`shale delay\` (loopback, half the RTT each way); local: two loop views \`shale mount LOWER MNT\`"
 	echo "- tree: $files modules + main.c, $(cat "$tmp"/tree/src/*.c | wc -c) bytes of C; gcc -O1, make -j$jobs, TMPDIR on the mount; $(gcc --version | head -1)"
@@ -377,6 +398,7 @@ report=$tmp/report.md
 		echo
 		head -n 10 <<<"$warn" | sed 's/^/    /'
 	fi
+	base_report -sprite "$raw"
 } >"$report"
 cat "$report"
 if [ -n "$out" ]; then

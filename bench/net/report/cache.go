@@ -35,10 +35,12 @@ func cacheReport(rows []string, data map[key][]sample, limit int) {
 			rtts = append(rtts, rtt)
 		}
 	}
-	var systems []string
+	var systems []string // each beside its twin on the base build (-B)
 	for _, s := range cacheSystems {
-		if present[s] {
-			systems = append(systems, s)
+		for _, s := range []string{s, s + baseSuffix} {
+			if present[s] {
+				systems = append(systems, s)
+			}
 		}
 	}
 	ms := func(rtt string) string { return strings.TrimSuffix(rtt, "ms") + " ms" }
@@ -206,6 +208,16 @@ func cacheReport(rows []string, data map[key][]sample, limit int) {
 	} else {
 		fmt.Println("- not measured: a restarted client's requests (needs cached and disk)")
 	}
+}
+
+// cacheTitle names a row in the comparison with the base build:
+// "cached, 50 ms".
+func cacheTitle(r string) string {
+	sys, rtt, ok := strings.Cut(r, "-")
+	if !ok {
+		return r
+	}
+	return sys + ", " + strings.TrimSuffix(rtt, "ms") + " ms"
 }
 
 func contains(ss []string, s string) bool {

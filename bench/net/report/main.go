@@ -3,7 +3,8 @@
 // stdin) into markdown tables: median times, their ratios to the loop
 // view's, and the 9P requests each step sent. With -cache, those of
 // bench/net/cache.sh (cache.go); with -sprite, those of bench/net/sprite.sh
-// (sprite.go).
+// (sprite.go). With -base REV as well, only the comparison of each network
+// row with its twin on REV's build (base.go).
 package main
 
 import (
@@ -42,9 +43,14 @@ func main() {
 	limit := flag.Int("timeout", 0, "the step timeout in seconds")
 	cacheMode := flag.Bool("cache", false, "the results are bench/net/cache.sh's (rows local and SYSTEM-RTTms)")
 	spriteMode := flag.Bool("sprite", false, "the results are bench/net/sprite.sh's (key=value lines; rows local and SYSTEM-RTTms)")
+	base := flag.String("base", "", "with -cache or -sprite: only the rows against their twins SYSTEM@base-RTTms, run on this revision's build")
 	flag.Parse()
 	rows := strings.Split(*rowsFlag, ",")
 	if *spriteMode {
+		if *base != "" {
+			spriteBase(*base, rows, *limit)
+			return
+		}
 		spriteReport(rows, *limit)
 		return
 	}
@@ -76,6 +82,10 @@ func main() {
 		data[key{f[1], f[2]}] = append(data[key{f[1], f[2]}], s)
 	}
 
+	if *cacheMode && *base != "" {
+		baseCompare(*base, rows, cacheSteps, func(r, w string) []sample { return data[key{r, w}] }, cacheTitle, *limit)
+		return
+	}
 	if *cacheMode {
 		cacheReport(rows, data, *limit)
 		return

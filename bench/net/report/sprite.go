@@ -92,14 +92,7 @@ func spriteReport(rows []string, limit int) {
 		fmt.Fprintf(os.Stderr, "report: %v\n", err)
 		os.Exit(1)
 	}
-	title := func(r string) string {
-		sys, rtt, ok := strings.Cut(r, "-")
-		if !ok {
-			return "loop view (local)"
-		}
-		name := map[string]string{"delay": "delayed write 30 s", "wt": "write-through", "off": "--sprite=false"}[sys]
-		return fmt.Sprintf("%s, %s ms", name, strings.TrimSuffix(rtt, "ms"))
-	}
+	title := spriteTitle
 	// each: the per-run values f gives (runs without one left out).
 	each := func(r string, f func(spriteRun) (float64, bool)) []float64 {
 		var vs []float64
@@ -179,8 +172,8 @@ func spriteReport(rows []string, limit int) {
 		}
 		req := each(r, requests)
 		saved := "–"
-		if sys, rtt, ok := strings.Cut(r, "-"); ok && sys == "delay" {
-			wt := each("wt-"+rtt, requests)
+		if sys, rtt, ok := strings.Cut(r, "-"); ok && strings.TrimSuffix(sys, baseSuffix) == "delay" {
+			wt := each("wt"+strings.TrimPrefix(sys, "delay")+"-"+rtt, requests)
 			if len(req) > 0 && len(wt) > 0 && median(wt) > 0 {
 				saved = fmt.Sprintf("%.1f%%", 100*(1-median(req)/median(wt)))
 			}
@@ -303,6 +296,67 @@ func spriteReport(rows []string, limit int) {
 		}
 		fmt.Printf("| %s | %s |\n", title(r), strings.Join(cells, " | "))
 	}
+}
+
+// spriteTitle names a configuration: "write-through, 50 ms", and
+// "write-through, 50 ms (base)" on the base build (-B).
+func spriteTitle(r string) string {
+	sys, rtt, ok := strings.Cut(r, "-")
+	if !ok {
+		return "loop view (local)"
+	}
+	sys, base := onBase(sys)
+	name := map[string]string{"delay": "delayed write 30 s", "wt": "write-through", "off": "--sprite=false"}[sys]
+	t := fmt.Sprintf("%s, %s ms", name, strings.TrimSuffix(rtt, "ms"))
+	if base {
+		t += " (base)"
+	}
+	return t
+}
+
+// spriteBase prints the comparison with the base build (report -sprite
+// -base REV): the steps' times and the wall time (build A + build B +
+// clean), with the relay's requests.
+func spriteBase(rev string, rows []string, limit int) {
+	data, err := readSprite(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "report: %v\n", err)
+		os.Exit(1)
+	}
+	steps := map[string]string{"build A": "a", "build B": "b", "clean": "clean"}
+	const wall = "wall time (all three)"
+	runs := func(r, w string) []sample {
+		var ss []sample
+		for _, run := range data[r] {
+			s := sample{requests: math.NaN()}
+			if w == wall {
+				s.secs = run.wall()
+				if q, ok := run.sum("q_a", "q_b", "q_clean"); ok {
+					s.requests = q
+				}
+			} else {
+				k := steps[w]
+				switch v := run["t_"+k]; v {
+				case "timeout":
+					s.secs = timedOut
+				case "", "failed":
+					s.secs = failed
+				default:
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						f = failed
+					}
+					s.secs = f
+				}
+				if q, ok := run.num("q_" + k); ok {
+					s.requests = q
+				}
+			}
+			ss = append(ss, s)
+		}
+		return ss
+	}
+	baseCompare(rev, rows, []string{"build A", "build B", "clean", wall}, runs, spriteTitle, limit)
 }
 
 func minmax(vs []float64) (lo, hi float64) {
