@@ -23,7 +23,7 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 		// An answer that crossed a change (a record, a write-back of
 		// ours) is asked again: a kernel keeps what it is given for
 		// long, and the change's invalidation went before it.
-		if n.fs.wb.OverlayAttrSince(n.tok.Ino, out, wb) && (try == 2 || !cc.Changed(n.tok.Ino, since)) {
+		if n.fs.wb.OverlayAttrSince(n.tok, out, wb) && (try == 2 || !cc.Changed(n.tok.Ino, since)) {
 			return 0
 		}
 	}
@@ -62,8 +62,8 @@ func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint3
 }
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
-	defer n.fs.wb.OverlayAttr(n.tok.Ino, out) // after finish
-	finish, made := n.fs.wb.BeforeSetattr(ctx, n.tok.Ino, in), false
+	defer n.fs.wb.OverlayAttr(n.tok, out) // after finish
+	finish, made := n.fs.wb.BeforeSetattr(ctx, n.tok, in), false
 	defer func() { finish(made) }()
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
@@ -151,7 +151,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 // writes of the file, if this client holds some or wrote some back
 // meanwhile: then as Getattr gives them (on an error, out stays).
 func (n *node) spriteAttr(ctx context.Context, out *layer.Attr) {
-	if !n.fs.wb.Has(n.tok.Ino) {
+	if !n.fs.wb.Has(n.tok) {
 		return
 	}
 	var a layer.Attr

@@ -198,15 +198,18 @@ func (j *jreader) read(c *session.Conn, fid uint32) {
 		fs.ctr.journalRequests.Add(1)
 		r := p9wire.DataReply{T: p9wire.Tread}
 		err := c.Wait(&p9wire.Read{T: p9wire.Tread, Fid: fid, Offset: off, Count: uint32(c.IOSize(0))}, &r)
-		if errors.Is(err, syscall.EINTR) && c.Alive() {
+		if errors.Is(err, syscall.EINTR) {
 			// The server cut the read short: a server ending on SIGTERM
 			// answers its reads so, just before the connection goes.
 			// Not a refusal: read again, or see the loss.
+			if !c.Alive() {
+				return
+			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if err != nil {
-			if !errors.Is(err, session.ErrLost) {
+			if !errors.Is(err, session.ErrLost) && c.Alive() {
 				// The controller refuses us: no more callbacks, so no cache.
 				j.fallback(fmt.Sprintf("read journal: %v", session.Errno(err)))
 			}

@@ -60,13 +60,13 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 	if fid, iounit, e, ok := h.current(c); ok {
 		return c, fid, iounit, e // another request opened it meanwhile
 	}
-	since := h.fs.wb.Uncaches(h.n.tok.Ino)
+	since := h.fs.wb.Uncaches(h.n.tok)
 	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
 	if h.flags&unix.O_DIRECTORY == 0 {
-		h.fs.wb.Reopened(h.n.tok.Ino, q.Vers, since)
+		h.fs.wb.Reopened(h.n.tok, q.Vers, since)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -110,7 +110,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	k, ok, e := h.fs.wb.Read(h.n.tok.Ino, dest, off, func(dest []byte, off int64) (int, layer.Errno) {
+	k, ok, e := h.fs.wb.Read(h.n.tok, dest, off, func(dest []byte, off int64) (int, layer.Errno) {
 		return h.readClean(ctx, dest, off)
 	})
 	if !ok {
@@ -125,7 +125,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 	fs := h.fs
 	path := h.n.tok.Ino
 	touch := fs.cc.Touches(path)
-	uncached := fs.wb.Uncached(path)
+	uncached := fs.wb.Uncached(h.n.tok)
 	if !touch && !uncached {
 		if k, ok := fs.cc.Read(path, h.n.tok.Gen, dest, off); ok {
 			fs.hit(kindData)
@@ -183,7 +183,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	h.fs.ctr.writeBytes.Add(uint64(len(data)))
 	if h.fs.wb.Delaying() {
-		if delayed, e := h.fs.wb.Write(ctx, h.n.tok.Ino, h.n, h.uid, data, off, h.size); delayed {
+		if delayed, e := h.fs.wb.Write(ctx, h.n.tok, h.n, h.uid, data, off, h.size); delayed {
 			if e != 0 {
 				return 0, e
 			}
@@ -268,13 +268,13 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 		h.fs.procUnref(owner)
 	}
 	// Delayed writes that could not be written back fail the close.
-	return h.fs.wb.TakeErr(h.n.tok.Ino)
+	return h.fs.wb.TakeErr(h.n.tok)
 }
 
 // Fsync writes the delayed data back, then has the server sync it.
 func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
-	e := h.fs.wb.WriteBack(ctx, h.n.tok.Ino, writeback.Fsync)
-	if lost := h.fs.wb.TakeErr(h.n.tok.Ino); e == 0 {
+	e := h.fs.wb.WriteBack(ctx, h.n.tok, writeback.Fsync)
+	if lost := h.fs.wb.TakeErr(h.n.tok); e == 0 {
 		e = lost
 	}
 	if e != 0 {
@@ -303,7 +303,7 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 	c, fid, owners := h.c, h.fid, h.owners
 	h.released, h.owners = true, nil
 	h.mu.Unlock()
-	h.fs.wb.Released(h.n.tok.Ino, h)
+	h.fs.wb.Released(h.n.tok, h)
 	live := c != nil && c.Alive()
 	for o := range owners {
 		if live {
@@ -348,7 +348,7 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if err != nil {
 		return 0, session.Errno(err)
 	}
-	h.fs.wb.OverlayAttr(h.n.tok.Ino, &ra.Attr)
+	h.fs.wb.OverlayAttr(h.n.tok, &ra.Attr)
 	size := int64(ra.Attr.Size)
 	switch {
 	case off < 0 || off >= size:

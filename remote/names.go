@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"slices"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -135,9 +136,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	// (An Uncache of the new file that came before this reply is lost in
 	// the gap: the file is new, so another client raced its creation.)
-	n.fs.wb.Opened(ch.tok, h, q.Vers, true, n.fs.wb.Uncaches(q.Path))
+	n.fs.wb.Opened(ch.tok, h, q.Vers, true, n.fs.wb.Uncaches(ch.tok))
 	if flags&unix.O_TRUNC != 0 {
-		n.fs.wb.Truncated(ch.tok.Ino, 0)
+		n.fs.wb.Truncated(ch.tok, 0)
 	}
 	return ch, h, 0
 }
@@ -260,8 +261,10 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		n.fs.tree.Lock()
 		var replaced, sub []*node
 		for _, r := range d.children[newName] {
-			r.parent = nil // replaced
 			replaced = r.subtree(replaced)
+		}
+		for _, r := range slices.Clone(d.children[newName]) {
+			r.unnameLocked() // replaced
 		}
 		moved := n.children[name]
 		delete(n.children, name)

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -35,6 +36,10 @@ type node struct {
 	pinMu     sync.Mutex
 	pins      int
 	forgotten bool // Forget came while pinned: it runs at the last unpin
+	// kept (under fs.tree): a directory Forget came for while a pinned
+	// node was beneath it: it keeps its name until that one's unpin, as
+	// the pinned node's path goes through it.
+	kept bool
 }
 
 var _ layer.Node = (*node)(nil)
@@ -47,14 +52,40 @@ func (n *node) Token() layer.Token { return n.tok }
 // Close ends the client the node belongs to (see FS.Close).
 func (n *node) Close() error { return n.fs.Close() }
 
-// Path is the node's names from the attach root.
+// Path is the node's names from the attach root, or another of its
+// file's (a hard link, through another node); ESTALE if its file has no
+// name this client knows: it removed the last, or renamed another file
+// over it.
 func (n *node) Path() ([]string, layer.Errno) {
+	if ps := n.paths(); len(ps) > 0 {
+		return ps[0], 0
+	}
+	return nil, syscall.ESTALE
+}
+
+// paths is every name of the node's file this client knows, its own
+// first.
+func (n *node) paths() [][]string {
 	n.fs.tree.Lock()
 	defer n.fs.tree.Unlock()
+	var ps [][]string
+	if p, ok := n.ownPathLocked(); ok {
+		ps = append(ps, p)
+	}
+	for _, m := range n.fs.named[n.tok] {
+		if p, ok := m.ownPathLocked(); m != n && ok {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// ownPathLocked is the node's own names from the root; fs.tree is held.
+func (n *node) ownPathLocked() ([]string, bool) {
 	var rev []string
 	for m := n; !m.isRoot; m = m.parent {
 		if m.parent == nil {
-			return nil, syscall.ESTALE
+			return nil, false
 		}
 		rev = append(rev, m.name)
 	}
@@ -62,7 +93,7 @@ func (n *node) Path() ([]string, layer.Errno) {
 	for i, s := range rev {
 		names[len(rev)-1-i] = s
 	}
-	return names, 0
+	return names, true
 }
 
 // use returns the live connection, the node's fid on it for ctx's caller,
@@ -136,22 +167,20 @@ func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 	if err != nil {
 		return 0, session.Errno(err)
 	}
-	names, e := n.Path()
-	if e != 0 {
-		return 0, e
-	}
-	fid, q, err := c.Walk(rfid, names)
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) {
-			return 0, syscall.ESTALE // renamed or removed beside us
+	for _, names := range n.paths() {
+		fid, q, err := c.Walk(rfid, names)
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			continue // renamed or removed beside us
+		case err != nil:
+			return 0, session.Errno(err)
+		case q.Path != n.tok.Ino:
+			c.Clunk(fid)
+			continue // the path names another file now
 		}
-		return 0, session.Errno(err)
+		return fid, 0
 	}
-	if q.Path != n.tok.Ino {
-		c.Clunk(fid)
-		return 0, syscall.ESTALE // the path names another file now
-	}
-	return fid, 0
+	return 0, syscall.ESTALE
 }
 
 // hasFid tells whether the node has a fid for uid on c.
@@ -175,28 +204,100 @@ func (n *node) Forget() {
 	n.forget()
 }
 
-// Pin keeps the node in the tree until unpin.
+// Pin keeps the node in the tree until Unpin, and the directories above
+// it, whatever the kernel forgets meanwhile (a reconnection's
+// invalidation of everything, an unmount: the write-back walks by path).
 func (n *node) Pin() {
 	n.pinMu.Lock()
-	n.pins++
-	n.pinMu.Unlock()
-}
-
-// Unpin ends a pin; the node leaves the tree if the kernel forgot it
-// meanwhile, in the background: the caller holds its sfile's lock, and
-// forgetting takes the tree's and clunks fids.
-func (n *node) Unpin() {
-	n.pinMu.Lock()
-	n.pins--
-	forget := n.pins == 0 && n.forgotten
-	n.pinMu.Unlock()
-	if forget {
-		go n.forget()
+	defer n.pinMu.Unlock()
+	if n.pins++; n.pins == 1 {
+		n.fs.tree.Lock()
+		n.fs.pinned[n] = true
+		n.fs.tree.Unlock()
 	}
 }
 
+// Unpin ends a pin; the node leaves the tree if the kernel forgot it
+// meanwhile, and so do the directories above it kept for it, in the
+// background: the caller holds its sfile's lock, and forgetting takes
+// the tree's and clunks fids.
+func (n *node) Unpin() {
+	n.pinMu.Lock()
+	n.pins--
+	last := n.pins == 0
+	forget := last && n.forgotten
+	var above []*node
+	if last {
+		n.fs.tree.Lock()
+		delete(n.fs.pinned, n)
+		for m := n.parent; m != nil; m = m.parent {
+			above = append(above, m)
+		}
+		n.fs.tree.Unlock()
+	}
+	n.pinMu.Unlock()
+	if !last {
+		return
+	}
+	go func() {
+		if forget {
+			n.forget()
+		}
+		n.fs.tree.Lock()
+		defer n.fs.tree.Unlock()
+		for _, m := range above {
+			if m.kept && !m.pinnedBelowLocked() {
+				m.kept = false
+				m.unnameLocked()
+			}
+		}
+	}()
+}
+
+// pinnedBelowLocked tells whether a pinned node is beneath n; fs.tree is
+// held.
+func (n *node) pinnedBelowLocked() bool {
+	for p := range n.fs.pinned {
+		for m := p.parent; m != nil; m = m.parent {
+			if m == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forget takes the node from the tree, unless another node of its file
+// lives: then it keeps its name there, as the file's (the kernel has one
+// inode for a file's names and serves them all through its first node;
+// the others it forgets, and with them the names the file has here).
+// The last node of a file to go takes the names with it.
 func (n *node) forget() {
 	n.fs.tree.Lock()
+	switch {
+	case n.parent == nil || n.fs.othersLive(n):
+	case n.pinnedBelowLocked():
+		n.kept = true
+	default:
+		n.unnameLocked()
+	}
+	n.fs.tree.Unlock()
+	n.dropFids()
+	if n.fs.forgot(n) {
+		n.fs.tree.Lock()
+		for _, m := range slices.Clone(n.fs.named[n.tok]) {
+			if m.pinnedBelowLocked() {
+				m.kept = true
+			} else {
+				m.unnameLocked()
+			}
+		}
+		n.fs.tree.Unlock()
+	}
+}
+
+// unnameLocked takes the node's name from the tree; fs.tree is held.
+func (n *node) unnameLocked() {
 	if p := n.parent; p != nil {
 		p.children[n.name] = remove(p.children[n.name], n)
 		if len(p.children[n.name]) == 0 {
@@ -204,9 +305,11 @@ func (n *node) forget() {
 		}
 		n.parent = nil
 	}
-	n.fs.tree.Unlock()
-	n.dropFids()
-	n.fs.forgot(n.tok)
+	if ns := remove(n.fs.named[n.tok], n); len(ns) > 0 {
+		n.fs.named[n.tok] = ns
+	} else {
+		delete(n.fs.named, n.tok)
+	}
 }
 
 // subtree appends n and the nodes beneath it; fs.tree is held.
@@ -254,6 +357,7 @@ func (n *node) adopt(name string, c *node) {
 	}
 	c.parent, c.name = n, name
 	n.children[name] = append(n.children[name], c)
+	n.fs.named[c.tok] = append(n.fs.named[c.tok], c)
 }
 
 // detach cuts the nodes of name in n from the tree, the name being gone;
@@ -262,10 +366,11 @@ func (n *node) detach(name string) {
 	n.fs.tree.Lock()
 	var sub []*node
 	for _, c := range n.children[name] {
-		c.parent = nil
 		sub = c.subtree(sub)
 	}
-	delete(n.children, name)
+	for _, c := range slices.Clone(n.children[name]) {
+		c.unnameLocked()
+	}
 	n.fs.tree.Unlock()
 	for _, m := range sub {
 		m.keepFids()
@@ -325,12 +430,12 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 	// size and times of its delayed writes (a hard link's reply names a
 	// file the kernel has, whose size it would take).
 	*out = ra.Attr
-	if !n.fs.wb.OverlayAttrSince(q.Path, out, wb) {
+	if !n.fs.wb.OverlayAttrSince(tok, out, wb) {
 		// A write-back crossed the getattr: its size may predate it.
 		if ra, err = c.Getattr(fid); err == nil {
 			*out = ra.Attr
 		}
-		n.fs.wb.OverlayAttr(q.Path, out)
+		n.fs.wb.OverlayAttr(tok, out)
 	}
 	ch := n.fs.newNode(tok)
 	f := ch.ownFid(c, uid, fid)

@@ -57,7 +57,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	since := cc.Snap()
-	uncaches := n.fs.wb.Uncaches(n.tok.Ino)
+	uncaches := n.fs.wb.Uncaches(n.tok)
 	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e
@@ -70,7 +70,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	n.fs.wb.Opened(n.tok, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
 	if flags&unix.O_TRUNC != 0 {
 		cc.DropData(n.tok.Ino, 0, 0)
-		n.fs.wb.Truncated(n.tok.Ino, 0)
+		n.fs.wb.Truncated(n.tok, 0)
 	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
 		cc.Grant(since, n.tok.Ino, id.uid, false)
 	}

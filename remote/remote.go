@@ -65,6 +65,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,13 @@ type FS struct {
 	clientID string // names this client's locks on the server
 	closing  sync.Once
 
-	tree sync.Mutex // every node's parent, name and children
+	tree sync.Mutex // every node's parent, name and children, and named
+	// named is the nodes in the tree, by file: a file's names are those
+	// of all its nodes (hard links, and a node the kernel forgot while
+	// another of the file lives: it keeps the name, see forget).
+	named map[layer.Token][]*node
+	// pinned is the nodes delayed writes go back through (node.Pin).
+	pinned map[*node]bool
 
 	procMu   sync.Mutex
 	procs    map[uint64]*procEntry // lock owners holding locks or asking for them
@@ -173,7 +180,8 @@ func New(ctx context.Context, st *stack.Stack, r p9net.Remote, opts Options) (la
 
 func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net.Conn, error), where, aname string, opts Options) (*node, error) {
 	fs := &FS{st: st, where: where, timeout: opts.Timeout, log: opts.Logger,
-		procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{}, posix: map[posixLock]bool{}}
+		procs: map[uint64]*procEntry{}, procIDs: map[uint32]bool{}, posix: map[posixLock]bool{},
+		named: map[layer.Token][]*node{}, pinned: map[*node]bool{}}
 	if fs.timeout <= 0 {
 		fs.timeout = defaultTimeout
 	}
@@ -265,40 +273,61 @@ func (fs *FS) setupCache(server string, opts Options) error {
 	return nil
 }
 
-// liveTok counts the nodes given out for one QID path.
+// liveTok is the nodes given out for one QID path, not yet forgotten.
 type liveTok struct {
-	gen uint64
-	n   int
+	gen   uint64
+	nodes []*node
 }
 
 // newNode makes the node of tok, counted as given out until Forget.
 func (fs *FS) newNode(tok layer.Token) *node {
+	n := &node{fs: fs, tok: tok, fids: map[uint32]*session.Fid{}}
 	fs.liveMu.Lock()
 	l := fs.live[tok.Ino]
 	l.gen = tok.Gen
-	l.n++
+	l.nodes = append(l.nodes, n)
 	fs.live[tok.Ino] = l
 	fs.liveMu.Unlock()
-	return &node{fs: fs, tok: tok, fids: map[uint32]*session.Fid{}}
+	return n
 }
 
-// forgot counts a node of tok no more.
-func (fs *FS) forgot(tok layer.Token) {
+// forgot counts n as given out no more; true if it was the last node of
+// its file.
+func (fs *FS) forgot(n *node) bool {
 	fs.liveMu.Lock()
-	l, ok := fs.live[tok.Ino]
+	l, ok := fs.live[n.tok.Ino]
 	if !ok {
 		fs.liveMu.Unlock()
-		return
+		return false
 	}
-	if l.n--; l.n <= 0 {
-		delete(fs.live, tok.Ino)
+	l.nodes = slices.DeleteFunc(l.nodes, func(m *node) bool { return m == n })
+	if len(l.nodes) == 0 {
+		delete(fs.live, n.tok.Ino)
 	} else {
-		fs.live[tok.Ino] = l
+		fs.live[n.tok.Ino] = l
 	}
 	fs.liveMu.Unlock()
-	if l.n <= 0 {
-		fs.cc.Gone(tok.Ino)
+	if len(l.nodes) == 0 {
+		fs.cc.Gone(n.tok.Ino)
 	}
+	for _, m := range l.nodes {
+		if m.tok == n.tok {
+			return false
+		}
+	}
+	return true
+}
+
+// othersLive tells whether a node of n's file other than n is given out.
+func (fs *FS) othersLive(n *node) bool {
+	fs.liveMu.Lock()
+	defer fs.liveMu.Unlock()
+	for _, m := range fs.live[n.tok.Ino].nodes {
+		if m != n && m.tok == n.tok {
+			return true
+		}
+	}
+	return false
 }
 
 func (fs *FS) isLive(path uint64) bool {

@@ -6,40 +6,35 @@ import (
 	"github.com/shalefs/shale/layer"
 )
 
-// Gen is path's count of write-backs and discards, taken before asking
-// the server for its attributes: see OverlayAttrSince.
+// Gen is the count of write-backs and discards of the files numbered
+// path, taken before asking the server for attributes of path, whose
+// token is not known yet: see OverlayAttrSince.
 func (w *Files) Gen(path uint64) uint64 {
-	sf := w.sfileOf(path, false)
-	if sf == nil {
-		return 0
+	var g uint64
+	for _, sf := range w.sfilesOf(path) {
+		sf.mu.Lock()
+		g += sf.gen
+		sf.mu.Unlock()
 	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	return sf.gen
+	return g
 }
 
 // OverlayAttrSince is OverlayAttr for attributes the server gave after
 // Gen returned gen; false if a write-back ran meanwhile: they may be
 // from before it, with the dirty data it sent no longer there to show,
 // so they must be asked again.
-func (w *Files) OverlayAttrSince(path uint64, a *layer.Attr, gen uint64) bool {
-	sf := w.sfileOf(path, false)
-	if sf == nil {
-		return true
-	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	if sf.gen != gen {
+func (w *Files) OverlayAttrSince(tok layer.Token, a *layer.Attr, gen uint64) bool {
+	if w.Gen(tok.Ino) != gen {
 		return false
 	}
-	sf.overlayLocked(a)
+	w.OverlayAttr(tok, a)
 	return true
 }
 
 // OverlayAttr shows path's dirty data in its attributes: the size and
 // times the client knows better than the server.
-func (w *Files) OverlayAttr(path uint64, a *layer.Attr) {
-	sf := w.sfileOf(path, false)
+func (w *Files) OverlayAttr(tok layer.Token, a *layer.Attr) {
+	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return
 	}
@@ -66,8 +61,8 @@ func (sf *sfile) overlayLocked(a *layer.Attr) {
 // func ends it, after the Tsetattr, told whether the server made it: a
 // change of size then cuts the dirty data too. The file stays locked
 // against write-backs meanwhile.
-func (w *Files) BeforeSetattr(ctx context.Context, path uint64, in *layer.SetAttr) func(made bool) {
-	sf := w.sfileOf(path, false)
+func (w *Files) BeforeSetattr(ctx context.Context, tok layer.Token, in *layer.SetAttr) func(made bool) {
+	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return func(bool) {}
 	}
@@ -85,8 +80,8 @@ func (w *Files) BeforeSetattr(ctx context.Context, path uint64, in *layer.SetAtt
 
 // Truncated cuts path's dirty data at size: the server's file was cut
 // (an open with O_TRUNC).
-func (w *Files) Truncated(path uint64, size int64) {
-	sf := w.sfileOf(path, false)
+func (w *Files) Truncated(tok layer.Token, size int64) {
+	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return
 	}
@@ -108,22 +103,23 @@ func (w *Files) truncateLocked(sf *sfile, size int64) {
 	}
 }
 
-// Unlinked discards the dirty data of a file whose last name this client
-// removed, unless a handle still has it open: it never reaches the
-// server.
+// Unlinked discards the dirty data of the file numbered path whose last
+// name this client removed, unless a handle still has it open: it never
+// reaches the server.
 func (w *Files) Unlinked(path uint64) {
-	sf := w.sfileOf(path, false)
-	if sf == nil || !sf.hasDirty.Load() {
-		return
-	}
 	if a, _, ok := w.Cache.Attr(path); !ok || a.Nlink > 1 {
 		return // other names may remain: written back as usual
 	}
-	sf.mu.Lock()
-	if len(sf.writers) == 0 {
-		w.discardLocked(sf)
+	for _, sf := range w.sfilesOf(path) {
+		if !sf.hasDirty.Load() {
+			continue
+		}
+		sf.mu.Lock()
+		if !sf.writing() {
+			w.discardLocked(sf)
+		}
+		sf.mu.Unlock()
 	}
-	sf.mu.Unlock()
 }
 
 // discardLocked drops sf's dirty data, counted as discarded: the

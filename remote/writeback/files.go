@@ -22,8 +22,9 @@
 // It does not know nodes or handles: a File is what it writes back
 // through, a Writer an open handle whose fid it may use.
 //
-// Lock order: an open's lock (OpenLock), then sfile.mu, then the
-// cache's and the session's; Files.smu and Files.olmu are taken alone.
+// Lock order: an open's lock (OpenLock), then sfile.mu, then sfile.vmu,
+// then the cache's and the session's; Files.smu and Files.olmu are taken
+// alone.
 // sfile.mu is held across a write-back (its network I/O): only the
 // file's own writes, reads of its dirty data and setattrs wait for it;
 // the cache's readers never do.
@@ -31,6 +32,7 @@ package writeback
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,7 +113,7 @@ type Files struct {
 	dirtyBytes atomic.Int64
 
 	smu    sync.Mutex
-	sfiles map[uint64]*sfile
+	sfiles map[uint64][]*sfile // by QID path
 	olmu   sync.Mutex
 	olocks map[uint64]*openLock // opens in flight, by file (OpenLock)
 	done   chan struct{}        // closed by Close: ends the flusher
@@ -120,7 +122,7 @@ type Files struct {
 
 // New makes the write-behind and starts its flusher (with a delay).
 func New(cfg Config) *Files {
-	w := &Files{Config: cfg, sfiles: map[uint64]*sfile{}, olocks: map[uint64]*openLock{}, done: make(chan struct{})}
+	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, olocks: map[uint64]*openLock{}, done: make(chan struct{})}
 	if w.Delay == 0 {
 		w.Delay = defaultDelay
 	}
@@ -152,21 +154,28 @@ func (w *Files) Delaying() bool { return w.sprite.Load() && w.Delay > 0 }
 
 // sfile is what the client keeps of one file under Sprite's rules.
 type sfile struct {
-	path     uint64
+	tok      layer.Token // the file: a number reused by a new file is another
 	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
 	refused  atomic.Bool // the server refused its reclaim
 
-	mu       sync.Mutex // held across a write-back: writes and reads of dirty data wait
+	// vmu guards what opens learn: never held across a request, so that
+	// a handle's reopen (which takes it) never waits for a write-back.
+	vmu      sync.Mutex
 	version  uint32
-	known    bool        // version is the server's, as of our last open
-	uncached atomic.Bool // write-shared: no caching of its data (read without mu)
-	uncaches uint64      // Uncache records applied: one that crossed an open's answer wins
-	d        *dirty
-	f        File   // what the dirty data is written back through, pinned
-	uid      uint32 // who wrote last: the write-back acts as them
-	gen      uint64 // write-backs done: a read that crossed one reads again
-	writers  map[Writer]bool
-	err      atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
+	known    bool            // version is the server's, as of our last open
+	uncaches uint64          // Uncache records applied: one that crossed an open's answer wins
+	writers  map[Writer]bool // handles that may write
+	uncached atomic.Bool     // write-shared: no caching of its data (read without a lock)
+
+	mu sync.Mutex // the dirty data; held across a write-back: writes and reads of dirty data wait
+	d  *dirty
+	f  File // what the dirty data is written back through, pinned
+	// fbox is f, for reads without mu (Reclaim: a write-back waiting
+	// for the connection holds mu).
+	fbox atomic.Pointer[fileBox]
+	uid  uint32        // who wrote last: the write-back acts as them
+	gen  uint64        // write-backs done: a read that crossed one reads again
+	err  atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
 	// wb is a fid opened for the write-back when the file became dirty,
 	// so that it reaches the file whatever happens to its names.
 	wb *wbFid
@@ -177,32 +186,48 @@ type wbFid struct {
 	fid, iounit uint32
 }
 
-// sfileOf is path's state, made if make is true (else nil if none).
-func (w *Files) sfileOf(path uint64, make bool) *sfile {
+// sfileOf is tok's state, made if make is true (else nil if none).
+func (w *Files) sfileOf(tok layer.Token, make bool) *sfile {
 	w.smu.Lock()
 	defer w.smu.Unlock()
-	sf := w.sfiles[path]
-	if sf == nil && make {
-		sf = &sfile{path: path}
-		w.sfiles[path] = sf
+	for _, sf := range w.sfiles[tok.Ino] {
+		if sf.tok == tok {
+			return sf
+		}
 	}
+	if !make {
+		return nil
+	}
+	sf := &sfile{tok: tok}
+	w.sfiles[tok.Ino] = append(w.sfiles[tok.Ino], sf)
 	return sf
 }
 
-// Has tells whether the client keeps anything of path: its attributes
+// sfilesOf is the states of every file numbered path (a number a new
+// file reuses is two files): the journal's records name a QID path
+// alone.
+func (w *Files) sfilesOf(path uint64) []*sfile {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	return slices.Clone(w.sfiles[path])
+}
+
+// Has tells whether the client keeps anything of tok: its attributes
 // may then differ from the server's.
-func (w *Files) Has(path uint64) bool { return w.sfileOf(path, false) != nil }
+func (w *Files) Has(tok layer.Token) bool { return w.sfileOf(tok, false) != nil }
 
 // forgetIdle drops path's state when nothing in it matters any more:
 // no dirty data, no writers, no error, no version worth keeping (the
-// cache holds nothing of the file).
+// cache holds nothing of the file). sf.mu is held.
 func (w *Files) forgetIdle(sf *sfile) {
-	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.path) != 0 {
+	if sf.d != nil || sf.writing() || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
 		return
 	}
 	w.smu.Lock()
-	if w.sfiles[sf.path] == sf {
-		delete(w.sfiles, sf.path)
+	if sfs := slices.DeleteFunc(w.sfiles[sf.tok.Ino], func(o *sfile) bool { return o == sf }); len(sfs) > 0 {
+		w.sfiles[sf.tok.Ino] = sfs
+	} else {
+		delete(w.sfiles, sf.tok.Ino)
 	}
 	w.smu.Unlock()
 }
@@ -231,17 +256,40 @@ func (sf *sfile) setFile(f File) {
 		old.Unpin()
 	}
 	sf.f = f
+	sf.fbox.Store(&fileBox{f})
 }
+
+type fileBox struct{ f File }
 
 // dirtyFiles is the files with dirty data.
 func (w *Files) dirtyFiles() []*sfile {
 	w.smu.Lock()
 	defer w.smu.Unlock()
 	var sfs []*sfile
-	for _, sf := range w.sfiles {
-		if sf.hasDirty.Load() {
-			sfs = append(sfs, sf)
+	for _, l := range w.sfiles {
+		for _, sf := range l {
+			if sf.hasDirty.Load() {
+				sfs = append(sfs, sf)
+			}
 		}
 	}
 	return sfs
+}
+
+// writing tells whether a handle of this client may write the file.
+func (sf *sfile) writing() bool {
+	sf.vmu.Lock()
+	defer sf.vmu.Unlock()
+	return len(sf.writers) > 0
+}
+
+// named tells whether the file has a name this client knows: one it
+// removed has none, and its delayed data goes nowhere.
+func (sf *sfile) named() bool {
+	b := sf.fbox.Load()
+	if b == nil || b.f == nil {
+		return false
+	}
+	_, e := b.f.Path()
+	return e == 0
 }

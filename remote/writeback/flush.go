@@ -13,8 +13,8 @@ import (
 )
 
 // WriteBack writes path's dirty data back, for why.
-func (w *Files) WriteBack(ctx context.Context, path uint64, why Reason) layer.Errno {
-	sf := w.sfileOf(path, false)
+func (w *Files) WriteBack(ctx context.Context, tok layer.Token, why Reason) layer.Errno {
+	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return 0
 	}
@@ -45,6 +45,15 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	if d == nil {
 		return 0, false
 	}
+	if _, pe := sf.f.Path(); pe != 0 {
+		// This client removed the file's last name it knew, or renamed
+		// another file over it: as a local file's, its data goes, once
+		// no handle can read it back.
+		if !sf.writing() {
+			w.discardLocked(sf)
+		}
+		return 0, false
+	}
 	if sf.refused.Swap(false) {
 		return w.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes"), false
 	}
@@ -53,12 +62,6 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	case refused:
 		return w.lostLocked(sf, "another client wrote the file while this one could not reach the server"), false
 	case e == syscall.ESTALE || e == syscall.ENOENT:
-		if _, pe := sf.f.Path(); pe != 0 {
-			// This client removed its last name, or renamed another
-			// file over it: as a local file's, its data goes.
-			w.discardLocked(sf)
-			return 0, false
-		}
 		return w.lostLocked(sf, "another client removed or renamed the file"), false
 	case e != 0:
 		return e, e == syscall.EIO // EIO: the connection went, or none came
@@ -81,9 +84,9 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	n := d.bytes()
 	w.dirtyBytes.Add(-n)
 	for _, x := range d.ext {
-		w.Cache.DropData(sf.path, uint64(x.off), uint64(len(x.data)))
+		w.Cache.DropData(sf.tok.Ino, uint64(x.off), uint64(len(x.data)))
 	}
-	w.Cache.DropAttrs(sf.path)
+	w.Cache.DropAttrs(sf.tok.Ino)
 	sf.settled()
 	w.Ctr.WriteBacks[why].Add(1)
 	if why != Recall && why != Uncache {
@@ -97,10 +100,16 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 // own, with the version of its last open for writing), so that the next
 // open elsewhere needs no recall. Sent in the background.
 func (w *Files) cleanLocked(sf *sfile) {
-	if len(sf.writers) > 0 || sf.d != nil || !sf.known || w.Send == nil {
+	if sf.d != nil || w.Send == nil {
 		return
 	}
-	r := journal.Record{Kind: journal.Clean, Qid: p9wire.Qid{Path: sf.path, Vers: sf.version}}
+	sf.vmu.Lock()
+	idle, known, version := len(sf.writers) == 0, sf.known, sf.version
+	sf.vmu.Unlock()
+	if !idle || !known {
+		return
+	}
+	r := journal.Record{Kind: journal.Clean, Qid: p9wire.Qid{Path: sf.tok.Ino, Vers: version}}
 	go func() {
 		w.Send(r)
 		w.Ctr.Cleans.Add(1)
@@ -121,7 +130,13 @@ func (w *Files) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, f
 	}
 	// A handle open on this connection; not one to open again, which
 	// would count as a program's open (and take sf.mu).
+	sf.vmu.Lock()
+	writers := make([]Writer, 0, len(sf.writers))
 	for h := range sf.writers {
+		writers = append(writers, h)
+	}
+	sf.vmu.Unlock()
+	for _, h := range writers {
 		if fid, iounit, ok := h.FidOn(c); ok {
 			return c, fid, iounit, noop, false, 0
 		}
@@ -145,7 +160,7 @@ func (w *Files) writeBackOldest(ctx context.Context) {
 			}
 			sf.mu.Unlock()
 		}
-		if oldest == nil || w.WriteBack(ctx, oldest.path, Memory) != 0 {
+		if oldest == nil || w.WriteBack(ctx, oldest.tok, Memory) != 0 {
 			return
 		}
 	}
@@ -178,7 +193,7 @@ func (w *Files) flusher() {
 // WriteBackAll writes every dirty file back, for why.
 func (w *Files) WriteBackAll(ctx context.Context, why Reason) {
 	for _, sf := range w.dirtyFiles() {
-		w.WriteBack(ctx, sf.path, why)
+		w.WriteBack(ctx, sf.tok, why)
 	}
 }
 
@@ -211,12 +226,19 @@ func (w *Files) Recalled(path, seq uint64, uncache bool) {
 	} else {
 		w.Ctr.Recalls.Add(1)
 	}
-	if sf := w.sfileOf(path, uncache); sf != nil {
+	sfs := w.sfilesOf(path)
+	if g := w.GenOf(path); len(sfs) == 0 && uncache && g != 0 {
+		// Remembered for the open in flight, whose answer it crossed.
+		sfs = append(sfs, w.sfileOf(layer.Token{Ino: path, Gen: g}, true))
+	}
+	for _, sf := range sfs {
 		sf.mu.Lock()
 		drop := uncache && !sf.uncached.Load()
 		if uncache {
+			sf.vmu.Lock()
 			sf.uncaches++
 			sf.uncached.Store(true)
+			sf.vmu.Unlock()
 		}
 		w.writeBackLocked(ctx, sf, why)
 		sf.mu.Unlock()
@@ -224,7 +246,7 @@ func (w *Files) Recalled(path, seq uint64, uncache bool) {
 			// Not under mu: the kernel's invalidation waits for reads in
 			// flight, which may want it.
 			w.Cache.DropData(path, 0, 0)
-			w.Notice(layer.Event{Kind: layer.Data, Token: layer.Token{Ino: path, Gen: w.GenOf(path)}})
+			w.Notice(layer.Event{Kind: layer.Data, Token: sf.tok})
 		}
 	}
 	w.Send(journal.Record{Kind: journal.Clean, Seq: seq, Qid: p9wire.Qid{Path: path}})
@@ -236,7 +258,10 @@ func (w *Files) Recalled(path, seq uint64, uncache bool) {
 // file), then says hello.
 func (w *Files) Reclaim(c *session.Conn, fid uint32) error {
 	for _, sf := range w.dirtyFiles() {
-		b := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: p9wire.Qid{Path: sf.path}})
+		if !sf.named() {
+			continue // removed here: nothing to write back (its number may be another's now)
+		}
+		b := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: p9wire.Qid{Path: sf.tok.Ino}})
 		if _, err := c.WriteAt(fid, 0, b, 0); err != nil {
 			if errors.Is(err, session.ErrLost) {
 				return err

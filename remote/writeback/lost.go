@@ -40,7 +40,7 @@ func (w *Files) lostLocked(sf *sfile, why string) layer.Errno {
 	copyPath, err := w.conflictCopy(sf, name)
 	shown := name
 	if shown == "" {
-		shown = fmt.Sprintf("(no name left; qid path %d)", sf.path)
+		shown = fmt.Sprintf("(no name left; qid path %d)", sf.tok.Ino)
 	}
 	if err != nil {
 		w.Log.Error("delayed writes lost, and no conflict copy could be kept: "+why, "file", shown, "server", w.Where, "bytes", n, "err", err)
@@ -62,7 +62,7 @@ func (w *Files) conflictCopy(sf *sfile, name string) (string, error) {
 	server := strings.NewReplacer("/", "_", ":", "_").Replace(w.Where)
 	rel := name
 	if rel == "" {
-		rel = fmt.Sprintf("qid-%d", sf.path)
+		rel = fmt.Sprintf("qid-%d", sf.tok.Ino)
 	}
 	p := filepath.Join(w.LostDir, server, filepath.FromSlash(strings.TrimPrefix(rel, "/")))
 	p += "." + time.Now().UTC().Format("20060102T150405.000000000Z")

@@ -9,23 +9,23 @@ import (
 
 // Uncached tells whether path's data must not be cached: the server
 // found it write-shared.
-func (w *Files) Uncached(path uint64) bool {
+func (w *Files) Uncached(tok layer.Token) bool {
 	if !w.sprite.Load() {
 		return false
 	}
-	sf := w.sfileOf(path, false)
+	sf := w.sfileOf(tok, false)
 	return sf != nil && sf.uncached.Load()
 }
 
 // Uncaches is path's count of Uncache records, taken before an open is
 // sent (Opened's since).
-func (w *Files) Uncaches(path uint64) uint64 {
-	sf := w.sfileOf(path, false)
+func (w *Files) Uncaches(tok layer.Token) uint64 {
+	sf := w.sfileOf(tok, false)
 	if sf == nil {
 		return 0
 	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
+	sf.vmu.Lock()
+	defer sf.vmu.Unlock()
 	return sf.uncaches
 }
 
@@ -79,8 +79,8 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	}
 	w.Ctr.Opens.Add(1)
 	path := tok.Ino
-	sf := w.sfileOf(path, true)
-	sf.mu.Lock()
+	sf := w.sfileOf(tok, true)
+	sf.vmu.Lock()
 	v := vers &^ journal.NoCache
 	expect := sf.version
 	if write {
@@ -100,7 +100,7 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 		}
 		sf.writers[h] = true
 	}
-	sf.mu.Unlock()
+	sf.vmu.Unlock()
 	if stale || sf.uncached.Load() {
 		if stale {
 			w.Ctr.OpensStale.Add(1)
@@ -112,14 +112,22 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 }
 
 // Released forgets a handle of path that could write.
-func (w *Files) Released(path uint64, h Writer) {
-	sf := w.sfileOf(path, false)
+func (w *Files) Released(tok layer.Token, h Writer) {
+	sf := w.sfileOf(tok, false)
 	if sf == nil {
 		return
 	}
+	sf.vmu.Lock()
+	was := sf.writers[h]
+	delete(sf.writers, h)
+	sf.vmu.Unlock()
 	sf.mu.Lock()
-	if sf.writers[h] {
-		delete(sf.writers, h)
+	if was && sf.d != nil && !sf.writing() {
+		if _, e := sf.f.Path(); e != 0 {
+			w.discardLocked(sf) // removed here, and now closed
+		}
+	}
+	if was {
 		w.cleanLocked(sf)
 	}
 	w.forgetIdle(sf)
@@ -128,24 +136,24 @@ func (w *Files) Released(path uint64, h Writer) {
 
 // Reopened takes the version a handle's open on a new connection got:
 // its own open, not a sign of another client's change.
-func (w *Files) Reopened(path uint64, vers uint32, since uint64) {
+func (w *Files) Reopened(tok layer.Token, vers uint32, since uint64) {
 	if !w.sprite.Load() {
 		return
 	}
-	sf := w.sfileOf(path, true)
-	sf.mu.Lock()
+	sf := w.sfileOf(tok, true)
+	sf.vmu.Lock()
 	sf.version, sf.known = vers&^journal.NoCache, true
 	if vers&journal.NoCache != 0 {
 		sf.uncached.Store(true)
 	} else if sf.uncaches == since {
 		sf.uncached.Store(false)
 	}
-	sf.mu.Unlock()
+	sf.vmu.Unlock()
 }
 
 // TakeErr returns, once, the error of a failed write-back of path.
-func (w *Files) TakeErr(path uint64) layer.Errno {
-	sf := w.sfileOf(path, false)
+func (w *Files) TakeErr(tok layer.Token) layer.Errno {
+	sf := w.sfileOf(tok, false)
 	if sf == nil {
 		return 0
 	}

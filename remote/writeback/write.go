@@ -11,8 +11,8 @@ import (
 // data; false if the file is not to be cached (the caller writes it
 // through). size asks the server for the file's size, the first delayed
 // write's base.
-func (w *Files) Write(ctx context.Context, path uint64, f File, uid uint32, data []byte, off int64, size func(context.Context) (int64, layer.Errno)) (bool, layer.Errno) {
-	sf := w.sfileOf(path, true)
+func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, data []byte, off int64, size func(context.Context) (int64, layer.Errno)) (bool, layer.Errno) {
+	sf := w.sfileOf(tok, true)
 	var base int64
 	var wb *wbFid
 	sf.mu.Lock()
@@ -73,8 +73,8 @@ func (w *Files) openWriteBack(ctx context.Context, f File, uid uint32) *wbFid {
 // Read reads what path holds for this client: dirty data over what the
 // server has, which readClean reads. ok is false if the file has no
 // dirty data.
-func (w *Files) Read(path uint64, dest []byte, off int64, readClean func(dest []byte, off int64) (int, layer.Errno)) (int, bool, layer.Errno) {
-	sf := w.sfileOf(path, false)
+func (w *Files) Read(tok layer.Token, dest []byte, off int64, readClean func(dest []byte, off int64) (int, layer.Errno)) (int, bool, layer.Errno) {
+	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return 0, false, 0
 	}

@@ -1,0 +1,948 @@
+package net
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The fault harness (issue "A fault harness in CI"): one shale serve,
+// three caching clients delaying their writes (?writedelay=3s, so that
+// write-backs by age happen within the run too), a workload process per
+// client (TestFaultHelperWorkload, faultwork_test.go) printing what every
+// operation was told; and a loop of faults between which every workload
+// must make progress: the server restarted on SIGTERM and after kill -9
+// (same address and LOWER: it finds its crash marker and gives --grace),
+// a client killed (-9; it is mounted again and a new workload starts in a
+// new directory), and, when shale delay has --control, one client's link
+// partitioned, stalled or reset and healed. Then the workloads stop, the
+// living clients unmount (writing back what they hold), and LOWER is
+// compared with the model the acknowledgements make:
+//
+//   - a living client's every acknowledged state is there exactly: not one
+//     acknowledged byte lost (a failed operation leaves its own outcome
+//     open, never an earlier one's);
+//   - a killed client's files hold what was fsynced, or a state
+//     acknowledged since; its names are exact (creates, renames, links
+//     and unlinks are not delayed);
+//   - a workload reading its own file back reads what the model says;
+//   - a workload reading another's published file (pubK, only ever
+//     overwritten) reads at least the version whose close returned
+//     before its open began (Sprite's sequential sharing), unless a fault
+//     came in between; a version being written meanwhile may be read cut
+//     short (torn), which is counted, not failed;
+//   - no operation fails unless a fault was in progress (or had ended
+//     less than faultSettle before), or a failed operation left its names
+//     unknown.
+//
+// Every run logs a summary: faults by kind, operations by kind and
+// failures by error, files and bytes checked, reads checked. A failure
+// names the file, what LOWER has and what the model allows (chunks, see
+// faultDescribe), the file's last operations with what each was told, the
+// faults around them, and the clients' log lines of note.
+//
+// SHALE_FAULT_ROUNDS=N (default 1) runs N rounds of 10 SIGTERM and 10
+// kill -9 restarts of the server, 5 client kills and 3 link faults
+// (partition, stall, reset) in a random order; a round takes two to three
+// minutes. The soak run's SHALE_FAULT_ROUNDS=10 is 200 server restarts
+// and 50 client kills. SHALE_FAULT_SEED fixes the order and the
+// workloads' choices (it is logged; the timing never repeats exactly).
+// SHALE_FAULT_LOG=DIR keeps every workload's lines in DIR/INST.log.
+
+const (
+	faultClients  = 3
+	faultProgress = 20               // acknowledgements each workload makes after each fault
+	faultWait     = 90 * time.Second // for that progress: a client that takes longer is stuck
+	faultHold     = 6 * time.Second  // a partition or stall: past the client's timeout
+	faultTimeout  = "5s"             // the clients' request timeout: a partition is noticed
+	faultDelay    = "3s"             // the clients' write delay
+	faultGrace    = "2s"
+	faultLease    = "4s"
+	// Shorter than the clients' timeout: an open that waits for a
+	// partitioned client's write-back goes on without it, rather than
+	// fail with EIO on a healthy client.
+	faultRecall = "3s"
+	// After every workload made progress past a fault, its effects may
+	// linger this long (the grace, a reclaim): an operation that fails,
+	// or a read that finds an old version, later than that is no fault's.
+	faultSettle = 2 * time.Second
+)
+
+// faultRounds is SHALE_FAULT_ROUNDS, 1 if unset.
+func faultRounds(t *testing.T) int {
+	v := os.Getenv("SHALE_FAULT_ROUNDS")
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("SHALE_FAULT_ROUNDS=%q: want a number of rounds, at least 1", v)
+	}
+	return n
+}
+
+// TestFaultLoops: the fault loop; see above.
+func TestFaultLoops(t *testing.T) {
+	rounds := faultRounds(t)
+	h := newFaultHarness(t, faultClients)
+	var plan []string
+	for range rounds {
+		for range 10 {
+			plan = append(plan, "sigterm", "kill9")
+		}
+		for range 5 {
+			plan = append(plan, "client")
+		}
+		plan = append(plan, "partition", "stall", "reset")
+	}
+	h.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	h.run(plan)
+}
+
+// TestFaultServerRestarts: the server alone, restarted on SIGTERM and
+// after kill -9, three times each: a short loop to tell a failure of
+// TestFaultLoops from one of its kinds.
+func TestFaultServerRestarts(t *testing.T) {
+	h := newFaultHarness(t, 2)
+	h.run([]string{"sigterm", "kill9", "sigterm", "kill9", "kill9", "sigterm"})
+}
+
+// TestFaultNone: the workloads without a fault, long enough for
+// write-backs by age: what fails here is no fault's (nor the harness's,
+// if the client is right).
+func TestFaultNone(t *testing.T) {
+	h := newFaultHarness(t, 2)
+	h.progress("without faults", 1500, 8*time.Second)
+	h.run(nil)
+}
+
+// faultHarness is one run: the server, its clients and their workloads.
+type faultHarness struct {
+	t       *testing.T
+	t0      int64 // CLOCK_MONOTONIC at the start
+	start   time.Time
+	seed    uint64
+	rng     *rand.Rand
+	lower   string
+	addr    string
+	srvArgs []string
+	srv     *server
+	relay   *faultRelay
+	clients []*faultClient
+	works   []*faultWork // every workload, killed ones too
+	events  []faultEvent
+	stops   []time.Duration // how long SIGTERMed servers took to end
+}
+
+type faultEvent struct {
+	kind       string
+	start, end int64 // the fault, until every workload made progress after it
+	note       string
+}
+
+// faultClient is one client: its mount and its current workload.
+type faultClient struct {
+	name     string
+	url      string
+	viaRelay bool
+	mnt      string
+	pm       *fgMount
+	gen      int
+	work     *faultWork
+	logs     []string // the logs of its killed mounts
+}
+
+// faultWork is one workload process and what it printed.
+type faultWork struct {
+	inst   string
+	dir    string // in the mount
+	client *faultClient
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	ready  chan struct{}
+	done   chan struct{}
+	stderr bytes.Buffer // read once done
+
+	mu       sync.Mutex
+	ops      []*faultOp
+	bySeq    map[int64]*faultOp
+	last     []string // its last lines
+	garbled  []string
+	lastLine atomic.Int64 // when it last printed (unix ns)
+	acks     atomic.Int64
+	fails    atomic.Int64
+
+	// Set by the test's goroutine, read once the workload ended.
+	killStart, killEnd int64 // CLOCK_MONOTONIC around its client's kill -9
+}
+
+func newFaultHarness(t *testing.T, nClients int) *faultHarness {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SHALE_FAULT_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SHALE_FAULT_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
+	t.Logf("SHALE_FAULT_SEED=%d", seed)
+	h := &faultHarness{t: t, t0: faultMono(), start: time.Now(), seed: seed, rng: rand.New(rand.NewPCG(seed, 1))}
+	h.srvArgs = append(spriteArgs(), "--grace", faultGrace, "--lease", faultLease, "--recall-timeout", faultRecall)
+	h.lower = tempDir(t)
+	h.addr = freePort(t)
+	h.srvArgs = append(h.srvArgs, h.lower)
+	h.srv = serve(t, h.addr, h.srvArgs...)
+	h.relay = startFaultRelay(t, h.addr)
+	for i := range nClients {
+		c := &faultClient{name: fmt.Sprintf("c%d", i+1)}
+		addr := h.addr
+		if i == nClients-1 && h.relay != nil {
+			addr, c.viaRelay = h.relay.addr, true
+		}
+		c.url = fmt.Sprintf("9p://%s/?timeout=%s&writedelay=%s", addr, faultTimeout, faultDelay)
+		c.mnt, c.pm = mountFg(t, c.url)
+		h.clients = append(h.clients, c)
+	}
+	for _, c := range h.clients {
+		c.work = h.startWork(c)
+	}
+	return h
+}
+
+// rel is a CLOCK_MONOTONIC time as seconds since the start.
+func (h *faultHarness) rel(mono int64) string {
+	return fmt.Sprintf("%.2fs", float64(mono-h.t0)/1e9)
+}
+
+// run injects the faults of plan, each followed by progress of every
+// workload, then stops and checks.
+func (h *faultHarness) run(plan []string) {
+	t := h.t
+	h.progress("before the first fault", 2*faultProgress, time.Second)
+	for i, kind := range plan {
+		ev := faultEvent{kind: kind, start: faultMono()}
+		switch kind {
+		case "sigterm":
+			t0 := time.Now()
+			h.srv.stop()
+			h.stops = append(h.stops, time.Since(t0))
+			h.srv = serve(t, h.addr, h.srvArgs...)
+		case "kill9":
+			kill9(h.srv)
+			h.srv = serve(t, h.addr, h.srvArgs...)
+		case "client":
+			c := h.clients[h.rng.IntN(len(h.clients))]
+			ev.note = c.work.inst
+			h.killClient(c)
+		case "partition", "stall", "reset":
+			if h.relay == nil {
+				ev.note = "skipped: no relay"
+				break
+			}
+			h.relay.command(t, kind)
+			if kind != "reset" {
+				time.Sleep(faultHold) // the fault lasts this long; nothing is assumed of it
+				h.relay.command(t, "heal")
+			}
+		default:
+			t.Fatalf("unknown fault %q", kind)
+		}
+		// Some faults come at once, others after writes had time to age
+		// (and be written back, or not).
+		dwell := time.Duration(h.rng.IntN(4000)) * time.Millisecond
+		d := h.progress(fmt.Sprintf("fault %d of %d (%s %s)", i+1, len(plan), kind, ev.note), faultProgress, 0)
+		ev.end = faultMono()
+		h.events = append(h.events, ev)
+		time.Sleep(dwell) // calm: no fault in progress
+		if (i+1)%10 == 0 || i+1 == len(plan) {
+			t.Logf("%s: %d faults of %d injected; the last one's progress took %v", h.rel(ev.end), i+1, len(plan), d.Round(time.Millisecond))
+		}
+	}
+	h.finish()
+}
+
+// startWork starts a new workload for c, in a new directory of its mount.
+func (h *faultHarness) startWork(c *faultClient) *faultWork {
+	t := h.t
+	t.Helper()
+	w := &faultWork{
+		inst:   fmt.Sprintf("%s.%d", c.name, c.gen),
+		client: c,
+		ready:  make(chan struct{}),
+		done:   make(chan struct{}),
+		bySeq:  map[int64]*faultOp{},
+	}
+	c.gen++
+	w.dir = filepath.Join(c.mnt, w.inst)
+	w.cmd = exec.Command(os.Args[0], "-test.run=^TestFaultHelperWorkload$", "-test.count=1")
+	w.cmd.Env = append(os.Environ(), faultWorkEnv+"="+w.dir, fmt.Sprintf("%s=%d", faultSeedEnv, h.seed^uint64(len(h.works)+1)*0x9e3779b97f4a7c15))
+	var err error
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cmd.Stderr = &w.stderr
+	var keep io.Writer = io.Discard
+	if d := os.Getenv("SHALE_FAULT_LOG"); d != "" {
+		f, err := os.Create(filepath.Join(d, w.inst+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		keep = f
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.lastLine.Store(time.Now().UnixNano())
+	h.works = append(h.works, w)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			w.line(sc.Text())
+			fmt.Fprintln(keep, sc.Text())
+		}
+		io.Copy(io.Discard, stdout)
+		w.cmd.Wait()
+		close(w.done)
+	}()
+	// Runs before the mount's cleanup: a workload stuck in the mount is
+	// freed by stopping the mount's process.
+	t.Cleanup(func() { h.stopWork(w) })
+	select {
+	case <-w.ready:
+	case <-w.done:
+		t.Fatalf("workload %s ended before it was ready:\n%s", w.inst, w.stderr.String())
+	case <-time.After(faultWait):
+		t.Fatalf("workload %s not ready within %v", w.inst, faultWait)
+	}
+	return w
+}
+
+// line takes one line of the workload's.
+func (w *faultWork) line(s string) {
+	w.lastLine.Store(time.Now().UnixNano())
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return
+	}
+	mono, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return // the test binary's own output
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = append(w.last, s)
+	if len(w.last) > 12 {
+		w.last = w.last[1:]
+	}
+	switch f[1] {
+	case "ready":
+		close(w.ready)
+	case "do":
+		o, err := parseFaultOp(mono, f[2:])
+		if err != nil {
+			w.garbled = append(w.garbled, s)
+			return
+		}
+		w.ops = append(w.ops, o)
+		w.bySeq[o.seq] = o
+	case "ok", "fail", "bad":
+		if len(f) < 3 {
+			w.garbled = append(w.garbled, s)
+			return
+		}
+		seq, _ := strconv.ParseInt(f[2], 10, 64)
+		o := w.bySeq[seq]
+		if o == nil {
+			w.garbled = append(w.garbled, s)
+			return
+		}
+		o.res, o.result, o.detail = mono, f[1], strings.Join(f[3:], " ")
+		if f[1] == "fail" {
+			w.fails.Add(1)
+		} else {
+			w.acks.Add(1)
+		}
+	}
+}
+
+// behind says how the workload stands, for a wait that failed.
+func (w *faultWork) behind() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%s: %d acknowledged, %d failed; its last line %v ago; its last lines:\n\t%s", w.inst, w.acks.Load(), w.fails.Load(),
+		time.Since(time.Unix(0, w.lastLine.Load())).Round(time.Millisecond), strings.Join(w.last, "\n\t"))
+}
+
+// stopWork ends a workload: its standard input closes, it finishes its
+// operation and exits. One stuck in its mount is freed by stopping the
+// mount's process (its goroutines logged).
+func (h *faultHarness) stopWork(w *faultWork) {
+	w.stdin.Close()
+	select {
+	case <-w.done:
+		return
+	case <-time.After(faultWait):
+	}
+	h.t.Errorf("workload %s is stuck in its mount: stopping the client\n%s", w.inst, w.behind())
+	if w.client.pm != nil && w.killStart == 0 {
+		w.client.pm.dump(h.t)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+// progress waits until every current workload acknowledged n more
+// operations, and at least dwell passed (letting writes age); it fails
+// the test, with the stuck clients' goroutines, past faultWait.
+func (h *faultHarness) progress(what string, n int64, dwell time.Duration) time.Duration {
+	t := h.t
+	t.Helper()
+	start := time.Now()
+	from := map[*faultWork]int64{}
+	for _, c := range h.clients {
+		from[c.work] = c.work.acks.Load()
+	}
+	for {
+		var behind []*faultWork
+		for w, f := range from {
+			select {
+			case <-w.done:
+				t.Fatalf("%s: workload %s ended:\n%s\n%s", what, w.inst, w.behind(), w.stderr.String())
+			default:
+			}
+			if w.acks.Load() < f+n {
+				behind = append(behind, w)
+			}
+		}
+		if len(behind) == 0 && time.Since(start) >= dwell {
+			return time.Since(start)
+		}
+		if time.Since(start) > faultWait {
+			var msgs []string
+			for _, w := range behind {
+				msgs = append(msgs, w.behind())
+			}
+			t.Errorf("%s: no progress within %v (%d acknowledgements wanted):\n%s\nfaults so far:\n%s",
+				what, faultWait, n, strings.Join(msgs, "\n"), h.timeline())
+			for _, w := range behind {
+				w.client.pm.dump(t)
+			}
+			t.FailNow()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killClient kills c's mount (-9) under its workload, then mounts it
+// again with a new workload in a new directory.
+func (h *faultHarness) killClient(c *faultClient) {
+	w := c.work
+	w.killStart = faultMono()
+	c.pm.kill()
+	w.killEnd = faultMono()
+	unix.Unmount(c.mnt, unix.MNT_DETACH)
+	h.stopWork(w)
+	c.logs = append(c.logs, c.pm.log.String())
+	c.mnt, c.pm = mountFg(h.t, c.url)
+	c.work = h.startWork(c)
+}
+
+// timeline is the faults injected so far, one a line.
+func (h *faultHarness) timeline() string {
+	var b strings.Builder
+	for _, e := range h.events {
+		fmt.Fprintf(&b, "\t%s-%s %s %s\n", h.rel(e.start), h.rel(e.end), e.kind, e.note)
+	}
+	return b.String()
+}
+
+// finish stops the workloads, unmounts the living clients (which writes
+// back what they hold), and checks LOWER and the reads.
+func (h *faultHarness) finish() {
+	t := h.t
+	for _, c := range h.clients {
+		c.work.stdin.Close()
+	}
+	for _, c := range h.clients {
+		h.stopWork(c.work)
+	}
+	for _, c := range h.clients {
+		c.pm.unmount(t)
+		c.logs = append(c.logs, c.pm.log.String())
+		if d := os.Getenv("SHALE_FAULT_LOG"); d != "" {
+			os.WriteFile(filepath.Join(d, c.name+".client.log"), []byte(strings.Join(c.logs, "\n")), 0o644)
+		}
+	}
+	end := faultMono()
+
+	var (
+		sum      faultSummary
+		problems int
+		logWhat  = map[string]bool{}
+		report   = func(format string, args ...any) { problems++; t.Errorf(format, args...) }
+	)
+	sum.byKind, sum.failWhy = map[string]int{}, map[string]int{}
+	for _, w := range h.works {
+		killed := w.killStart != 0
+		m := newFaultModel(w.inst)
+		bads, diffs := 0, 0
+		touched := map[*faultOp][]int{} // the files each operation named
+		w.mu.Lock()
+		for _, s := range w.garbled {
+			report("%s printed a line the test cannot read: %q", w.inst, s)
+		}
+		for _, o := range w.ops {
+			if killed && o.do > w.killEnd {
+				break // after the kill: the mount was gone, nothing reached the server
+			}
+			ok := o.result == "ok" && (!killed || o.res < w.killStart)
+			if o.result != "" {
+				sum.ops++
+				if o.result == "fail" && !h.faulted(o.do, o.res) && !m.isWild(o.a) && (o.b == "" || !m.isWild(o.b)) {
+					// Nothing failed it: no fault, no name a failed
+					// operation left unknown.
+					sum.calm = append(sum.calm, fmt.Sprintf("%s %s %s: %s", h.rel(o.do), w.inst, o, o.detail))
+				}
+				if o.result == "fail" {
+					sum.fails++
+					why := o.detail
+					if i := strings.LastIndex(why, ": "); i >= 0 {
+						why = why[i+2:]
+					}
+					sum.failWhy[why]++
+				}
+				if ok {
+					sum.acked++
+					sum.byKind[o.kind]++
+				}
+			}
+			touched[o] = m.files(o)
+			if o.result == "bad" {
+				if bads++; bads <= 5 {
+					report("%s read back its own %s at %s: %s\n%s%s", w.inst, o.a, h.rel(o.res), o.detail, h.history(w, m, o.a, touched, o.res), h.origins(w, o.detail))
+				} else {
+					problems++
+				}
+			}
+			if o.kind != "read" && o.kind != "peek" {
+				m.apply(o, ok)
+				for _, id := range m.files(o) {
+					if !slices.Contains(touched[o], id) {
+						touched[o] = append(touched[o], id)
+					}
+				}
+			}
+		}
+		w.mu.Unlock()
+		if bads > 5 {
+			t.Errorf("%s: %d more reads of its own files differed", w.inst, bads-5)
+		}
+		for _, a := range m.anomalies {
+			report("%s: %s", w.inst, a)
+		}
+		how := "alive to the end"
+		if killed {
+			how = "its client killed at " + h.rel(w.killStart)
+			sum.killed++
+		}
+		// LOWER's directory against the model.
+		dir := filepath.Join(h.lower, w.inst)
+		names := map[string]bool{}
+		for _, n := range m.present() {
+			names[n] = true
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			report("%s (%s): LOWER's directory: %v", w.inst, how, err)
+			continue
+		}
+		for _, e := range ents {
+			names[e.Name()] = true
+		}
+		for _, n := range slices.Sorted(func(yield func(string) bool) {
+			for n := range names {
+				if !yield(n) {
+					return
+				}
+			}
+		}) {
+			b, err := os.ReadFile(filepath.Join(dir, n))
+			exists := err == nil
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				report("%s: LOWER's %s: %v", w.inst, n, err)
+				continue
+			}
+			if m.isWild(n) {
+				sum.wild++
+				continue
+			}
+			if exists {
+				sum.files++
+				sum.bytes += int64(len(b))
+			}
+			if msg := m.check(n, b, exists, killed); msg != "" {
+				logWhat[w.client.name] = true
+				if diffs++; diffs > 15 {
+					problems++
+					continue
+				}
+				report("LOWER's %s/%s (%s):\n\t%s\n%s%s", w.inst, n, how, msg, h.history(w, m, n, touched, end), h.origins(w, msg))
+			}
+		}
+		if diffs > 15 {
+			t.Errorf("%s: %d more files of LOWER differ", w.inst, diffs-15)
+		}
+		// Hard links: the names of one file are one inode in LOWER.
+		groups := map[*faultInode][]string{}
+		for n, ino := range m.names {
+			groups[ino] = append(groups[ino], n)
+		}
+		for _, ns := range groups {
+			if len(ns) < 2 {
+				continue
+			}
+			slices.Sort(ns)
+			var first uint64
+			for i, n := range ns {
+				var st unix.Stat_t
+				if unix.Stat(filepath.Join(dir, n), &st) != nil {
+					continue // reported above
+				}
+				if i == 0 {
+					first = st.Ino
+				} else if st.Ino != first {
+					report("%s: %v are links of one file, but %s is another inode in LOWER", w.inst, ns, n)
+				}
+			}
+			sum.links++
+		}
+	}
+	h.checkPeeks(&sum, report)
+	if sum.peeksStale > 10 {
+		report("%d more stale reads", sum.peeksStale-10)
+	}
+
+	// Summary.
+	faults := map[string]int{}
+	for _, e := range h.events {
+		if !strings.HasPrefix(e.note, "skipped") {
+			faults[e.kind]++
+		}
+	}
+	var kinds []string
+	for _, k := range []string{"sigterm", "kill9", "client", "partition", "stall", "reset"} {
+		if faults[k] > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, faults[k]))
+		}
+	}
+	var byKind []string
+	for _, k := range []string{"write", "append", "fsync", "rename", "unlink", "link", "read", "peek"} {
+		byKind = append(byKind, fmt.Sprintf("%s %d", k, sum.byKind[k]))
+	}
+	var whys []string
+	for why, n := range sum.failWhy {
+		whys = append(whys, fmt.Sprintf("%s %d", why, n))
+	}
+	slices.Sort(whys)
+	var slowest time.Duration
+	for _, d := range h.stops {
+		slowest = max(slowest, d)
+	}
+	relay := "no relay (shale delay has no --control): no link faults"
+	for _, c := range h.clients {
+		if c.viaRelay {
+			relay = c.name + " through shale delay --control"
+		}
+	}
+	t.Logf("fault harness: %v; faults: %s (%s); slowest SIGTERM stop %v\n"+
+		"\t%d workloads (%d on a client killed); %d operations, %d acknowledged (%s), %d failed (%s)\n"+
+		"\tLOWER: %d files, %d bytes checked, %d sets of hard links, %d names left unknown by failed operations\n"+
+		"\treads of others' files: %d checked, %d stale, %d torn (a version being written), %d skipped (a fault between, no version yet, or a failed read)",
+		time.Since(h.start).Round(time.Second), strings.Join(kinds, ", "), relay, slowest.Round(time.Millisecond),
+		len(h.works), sum.killed, sum.ops, sum.acked, strings.Join(byKind, ", "), sum.fails, strings.Join(whys, ", "),
+		sum.files, sum.bytes, sum.links, sum.wild,
+		sum.peeksChecked, sum.peeksStale, sum.peeksTorn, sum.peeksSkipped)
+	if len(sum.calm) > 0 {
+		report("%d operations failed with no fault in progress (the first %d):\n\t%s", len(sum.calm), min(len(sum.calm), 20),
+			strings.Join(sum.calm[:min(len(sum.calm), 20)], "\n\t"))
+	}
+	if problems > 0 {
+		t.Logf("faults (start-end of each: the fault, until every workload made progress after it):\n%s", h.timeline())
+		for _, c := range h.clients {
+			t.Logf("client %s's log lines of note%s:\n%s", c.name, map[bool]string{true: " (its files differ)"}[logWhat[c.name]], faultLogLines(strings.Join(c.logs, "")))
+		}
+	}
+}
+
+// faulted tells whether a fault was in progress at some time between
+// from and to, or had ended less than faultSettle before.
+func (h *faultHarness) faulted(from, to int64) bool {
+	for _, e := range h.events {
+		if e.start <= to && e.end+int64(faultSettle) >= from {
+			return true
+		}
+	}
+	return false
+}
+
+type faultSummary struct {
+	calm                      []string // operations that failed with no fault in progress
+	ops, acked, fails, killed int
+	byKind, failWhy           map[string]int
+	files, wild, links        int
+	bytes                     int64
+	peeksChecked, peeksTorn   int
+	peeksStale                int
+	peeksSkipped              int
+}
+
+// history is the last operations of w before until on name or on its
+// file under any name (touched: the files each operation named), with
+// what each was told, and the faults around them.
+func (h *faultHarness) history(w *faultWork, m *faultModel, name string, touched map[*faultOp][]int, until int64) string {
+	id := 0
+	if ino := m.names[name]; ino != nil {
+		id = ino.id
+	}
+	var ops []*faultOp
+	for _, o := range w.ops {
+		if o.do <= until && o.kind != "read" && o.kind != "peek" && (o.a == name || o.b == name || id != 0 && slices.Contains(touched[o], id)) {
+			ops = append(ops, o)
+		}
+	}
+	if len(ops) > 10 {
+		ops = ops[len(ops)-10:]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\t%s's last operations on %s or its file (%s):\n", w.inst, name, strings.Join(m.links(name), ", "))
+	var from int64
+	for i, o := range ops {
+		if i == 0 {
+			from = o.do
+		}
+		res := o.result
+		if res == "" {
+			res = "no answer"
+		}
+		if o.detail != "" {
+			res += " (" + o.detail + ")"
+		}
+		fmt.Fprintf(&b, "\t\t%s %s: %s", h.rel(o.do), o, res)
+		if o.res != 0 {
+			fmt.Fprintf(&b, " at %s", h.rel(o.res))
+		}
+		b.WriteString("\n")
+	}
+	for _, e := range h.events {
+		if e.end >= from && e.start <= until {
+			fmt.Fprintf(&b, "\t\tfault %s-%s: %s %s\n", h.rel(e.start), h.rel(e.end), e.kind, e.note)
+		}
+	}
+	if w.killStart != 0 {
+		fmt.Fprintf(&b, "\t\tits client killed at %s\n", h.rel(w.killStart))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// origins says which operations of w wrote the chunks a mismatch
+// message says a file has (before its "; want").
+func (h *faultHarness) origins(w *faultWork, msg string) string {
+	has, _, _ := strings.Cut(msg, "; want")
+	var b strings.Builder
+	seen := map[int64]bool{}
+	for _, f := range strings.Split(has, w.inst+"#")[1:] {
+		end := strings.IndexFunc(f, func(r rune) bool { return r < '0' || r > '9' })
+		if end < 0 {
+			end = len(f)
+		}
+		n, err := strconv.ParseInt(f[:end], 10, 64)
+		if err != nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		if o := w.bySeq[n]; o != nil {
+			fmt.Fprintf(&b, "\n\t\tchunk #%d was written by %s at %s: %s", n, o, h.rel(o.do), o.result)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n\twhat it has:" + b.String()
+}
+
+// checkPeeks checks the workloads' reads of each other's published files:
+// at least the version acknowledged (closed) before the read began.
+func (h *faultHarness) checkPeeks(sum *faultSummary, report func(string, ...any)) {
+	type ack struct{ seq, at int64 }
+	works := map[string]*faultWork{}
+	pubs := map[string][]ack{} // INST/pubK: its acknowledged versions in order
+	for _, w := range h.works {
+		works[w.inst] = w
+		for _, o := range w.ops {
+			if o.kind == "write" && strings.HasPrefix(o.a, "pub") && o.result == "ok" && (w.killStart == 0 || o.res < w.killStart) {
+				pubs[w.inst+"/"+o.a] = append(pubs[w.inst+"/"+o.a], ack{o.seq, o.res})
+			}
+		}
+	}
+	for _, r := range h.works {
+		for _, o := range r.ops {
+			if o.kind != "peek" {
+				continue
+			}
+			inst, _, _ := strings.Cut(o.a, "/")
+			w := works[inst]
+			if o.result != "ok" || w == nil || (w.killStart != 0 && w.killStart < o.res) || (r.killStart != 0 && o.res > r.killStart) {
+				sum.peeksSkipped++
+				continue
+			}
+			var floor *ack
+			for i, a := range pubs[o.a] {
+				if a.at < o.do {
+					floor = &pubs[o.a][i]
+				}
+			}
+			if floor == nil || h.faulted(floor.at, o.res) {
+				sum.peeksSkipped++
+				continue
+			}
+			sum.peeksChecked++
+			class, nstr, _ := strings.Cut(o.detail, " ")
+			n, _ := strconv.ParseInt(nstr, 10, 64)
+			switch {
+			case class == "v" && n >= floor.seq:
+			case class == "part" && (n > floor.seq || n < 0), class == "zeros", class == "empty":
+				sum.peeksTorn++
+			default:
+				if sum.peeksStale++; sum.peeksStale > 10 {
+					continue // counted, said at the end
+				}
+				report("%s read %s at %s-%s and found %q; version #%d was acknowledged (closed) at %s, before the read began: a stale read\n%s",
+					r.inst, o.a, h.rel(o.do), h.rel(o.res), o.detail, floor.seq, h.rel(floor.at),
+					h.history(w, newFaultModel(w.inst), strings.TrimPrefix(o.a, inst+"/"), nil, o.res))
+			}
+		}
+	}
+}
+
+// faultLogLines is the lines of a client's log that tell of trouble,
+// at most 40 (lost connections only counted).
+func faultLogLines(log string) string {
+	var keep []string
+	n, conns := 0, 0
+	for _, l := range strings.Split(log, "\n") {
+		low := strings.ToLower(l)
+		if strings.Contains(low, "connection lost") {
+			conns++
+			continue
+		}
+		if strings.Contains(low, "lost") || strings.Contains(low, "refus") || strings.Contains(low, "error") ||
+			strings.Contains(low, "warn") || strings.Contains(low, "panic") {
+			n++
+			if len(keep) < 40 {
+				keep = append(keep, "\t"+l)
+			}
+		}
+	}
+	if n > len(keep) {
+		keep = append(keep, fmt.Sprintf("\t... and %d more", n-len(keep)))
+	}
+	return fmt.Sprintf("\t(%d lines \"9p connection lost\")\n%s", conns, strings.Join(keep, "\n"))
+}
+
+// faultRelay is shale delay --control: a link to partition, stall, reset
+// and heal by a line on its standard input.
+type faultRelay struct {
+	addr  string
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+	log   bytes.Buffer
+}
+
+// startFaultRelay starts shale delay --control to to, or returns nil (and
+// says so) if shale delay has no --control.
+func startFaultRelay(t *testing.T, to string) *faultRelay {
+	t.Helper()
+	help, _ := exec.Command(shale, "delay", "--help").CombinedOutput()
+	if !bytes.Contains(help, []byte("--control")) {
+		t.Logf("shale delay has no --control: no link faults (partition, stall) in this run")
+		return nil
+	}
+	r := &faultRelay{addr: freePort(t), lines: make(chan string, 16)}
+	r.cmd = exec.Command(shale, "delay", "--listen", r.addr, "--to", to, "--control")
+	var err error
+	if r.in, err = r.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Stderr = &r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+	})
+	waitFor(t, "shale delay --control listening", func() string {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			return err.Error()
+		}
+		c.Close()
+		return ""
+	})
+	return r
+}
+
+// command sends the relay a command and waits for its "ok CMD".
+func (r *faultRelay) command(t *testing.T, cmd string) {
+	t.Helper()
+	if _, err := fmt.Fprintln(r.in, cmd); err != nil {
+		t.Fatalf("shale delay --control: %s: %v", cmd, err)
+	}
+	select {
+	case l, ok := <-r.lines:
+		if !ok || l != "ok "+cmd {
+			t.Fatalf("shale delay --control answered %q to %s (want \"ok %s\")", l, cmd, cmd)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("shale delay --control did not answer %s within 30s", cmd)
+	}
+}
