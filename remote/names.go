@@ -248,9 +248,17 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		}
 	}
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
-	known := append(n.known(name), d.known(newName)...)
+	movedKnown, overKnown := n.known(name), d.known(newName)
+	known := append(slices.Clone(movedKnown), overKnown...)
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
 		return session.Errno(err)
+	}
+	if n != d || name != newName {
+		for _, p := range overKnown {
+			if !slices.Contains(movedKnown, p) {
+				n.fs.wb.Unlinked(p) // replaced: before its attributes go, the link count tells
+			}
+		}
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.cc.DropEntry(d.tok.Ino, newName)
@@ -264,7 +272,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 			replaced = r.subtree(replaced)
 		}
 		for _, r := range slices.Clone(d.children[newName]) {
-			r.unnameLocked() // replaced
+			r.removed = true // replaced
+			r.unnameLocked()
 		}
 		moved := n.children[name]
 		delete(n.children, name)

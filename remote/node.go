@@ -36,6 +36,9 @@ type node struct {
 	pinMu     sync.Mutex
 	pins      int
 	forgotten bool // Forget came while pinned: it runs at the last unpin
+	// removed (under fs.tree): this client removed the node's name, or
+	// renamed another file over it.
+	removed bool
 	// kept (under fs.tree): a directory Forget came for while a pinned
 	// node was beneath it: it keeps its name until that one's unpin, as
 	// the pinned node's path goes through it.
@@ -78,6 +81,17 @@ func (n *node) paths() [][]string {
 		}
 	}
 	return ps
+}
+
+// Removed tells whether no name of the node's file is known any more,
+// the node's own removed by this client.
+func (n *node) Removed() bool {
+	if _, e := n.Path(); e == 0 {
+		return false
+	}
+	n.fs.tree.Lock()
+	defer n.fs.tree.Unlock()
+	return n.removed
 }
 
 // ownPathLocked is the node's own names from the root; fs.tree is held.
@@ -257,6 +271,9 @@ func (n *node) Unpin() {
 // pinnedBelowLocked tells whether a pinned node is beneath n; fs.tree is
 // held.
 func (n *node) pinnedBelowLocked() bool {
+	if len(n.children) == 0 {
+		return false
+	}
 	for p := range n.fs.pinned {
 		for m := p.parent; m != nil; m = m.parent {
 			if m == n {
@@ -275,7 +292,8 @@ func (n *node) pinnedBelowLocked() bool {
 func (n *node) forget() {
 	n.fs.tree.Lock()
 	switch {
-	case n.parent == nil || n.fs.othersLive(n):
+	case n.parent == nil:
+	case n.fs.othersLive(n) && !n.twinLocked():
 	case n.pinnedBelowLocked():
 		n.kept = true
 	default:
@@ -294,6 +312,18 @@ func (n *node) forget() {
 		}
 		n.fs.tree.Unlock()
 	}
+}
+
+// twinLocked tells whether another node of the file has the node's
+// name: then the name is not the node's alone to keep (a lookup of a
+// name the kernel knows makes such a twin, forgotten at once).
+func (n *node) twinLocked() bool {
+	for _, m := range n.fs.named[n.tok] {
+		if m != n && m.parent == n.parent && m.name == n.name {
+			return true
+		}
+	}
+	return false
 }
 
 // unnameLocked takes the node's name from the tree; fs.tree is held.
@@ -355,6 +385,25 @@ func (n *node) adopt(name string, c *node) {
 	if n.children == nil {
 		n.children = map[string][]*node{}
 	}
+	// A directory kept for what is pinned beneath it (see kept) hands
+	// its children to the node the kernel now has for it, so that
+	// removals and renames through that one reach them.
+	for _, k := range slices.Clone(n.children[name]) {
+		if k.kept && k.tok == c.tok {
+			for nm, cs := range k.children {
+				for _, x := range cs {
+					x.parent = c
+				}
+				if c.children == nil {
+					c.children = map[string][]*node{}
+				}
+				c.children[nm] = append(c.children[nm], cs...)
+			}
+			k.children = nil
+			k.kept = false
+			k.unnameLocked()
+		}
+	}
 	c.parent, c.name = n, name
 	n.children[name] = append(n.children[name], c)
 	n.fs.named[c.tok] = append(n.fs.named[c.tok], c)
@@ -369,6 +418,7 @@ func (n *node) detach(name string) {
 		sub = c.subtree(sub)
 	}
 	for _, c := range slices.Clone(n.children[name]) {
+		c.removed = true
 		c.unnameLocked()
 	}
 	n.fs.tree.Unlock()

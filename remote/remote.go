@@ -43,11 +43,14 @@
 // Sprite's write-behind (remote/writeback). Nodes and handles compose
 // them: a read is the dirty overlay, then the cache, then the session.
 //
-// Lock order: handle.reopen, then writeback's per-file lock, then
-// handle.mu; jreader.mu, then FS.liveMu, then the cache's; node.mu, then
-// the connection's. FS.tree, FS.procMu and node.pinMu are taken alone.
-// Only handle.reopen and writeback's per-file lock are held across a
-// request, and no reader of the cache waits for either.
+// Lock order: handle.reopen, then writeback's open lock and per-file
+// locks (see remote/writeback), then handle.mu and node.pinMu; node.pinMu,
+// then FS.tree, then FS.liveMu; jreader.mu, then FS.liveMu, then the
+// cache's; node.mu, then the connection's. FS.procMu is taken alone.
+// Held across a request: handle.reopen (only that handle's requests
+// wait), writeback's open lock (only opens of that file) and its per-file
+// lock during a write-back (only writes, reads of delayed data and stats
+// of that file wait; nothing of the cache's readers, nor a session step).
 //
 // Extended attributes: 9P2000.L has no removexattr; a Txattrcreate of
 // size 0 stands for it, as in the kernel's 9P client. So a Setxattr of an

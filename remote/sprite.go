@@ -26,8 +26,21 @@ var (
 // refused is the server's ESTALE to the open itself (not to the walk: a
 // file removed): another client wrote the file since this one did.
 func (n *node) OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
+	walked := !n.isRoot && !n.hasFid(c, uid)
 	if fid, e = n.newFid(c, uid); e != 0 {
 		return 0, 0, false, e
+	}
+	if walked {
+		// Walked by name: the QID path matched, but a new file may have
+		// its number (and the name): the generation tells.
+		ra, err := c.Getattr(fid)
+		if err == nil && session.Token(&ra) != n.tok {
+			err = syscall.ESTALE
+		}
+		if err != nil {
+			c.Clunk(fid)
+			return 0, 0, false, session.Errno(err)
+		}
 	}
 	_, iounit, err := c.Lopen(fid, openFlags(unix.O_WRONLY)|journal.WriteBack)
 	if err != nil {
@@ -38,11 +51,12 @@ func (n *node) OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, r
 	return fid, iounit, false, 0
 }
 
-// FidOn is the handle's fid, if it is open on c.
+// FidOn is the handle's fid, if it is open on c and writes where it is
+// told (not O_APPEND: the server would put every extent at the end).
 func (h *handle) FidOn(c *session.Conn) (fid, iounit uint32, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.fid, h.iounit, h.c == c && !h.released
+	return h.fid, h.iounit, h.c == c && !h.released && h.flags&unix.O_APPEND == 0
 }
 
 // size is the file's size on the server, from the cache if it has it.

@@ -80,9 +80,14 @@ func (s *Session) Start(ctx context.Context) (*Conn, error) {
 		return nil, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !c.Alive() {
+		// Lost after its steps, before it was published: its loss was
+		// not this session's to see (connLost found cur not it).
+		return nil, fmt.Errorf("lost the connection as it was made: is it running?")
+	}
 	s.cur = c
 	close(s.ready)
-	s.mu.Unlock()
 	return c, nil
 }
 
@@ -138,6 +143,11 @@ func (s *Session) redial() {
 	wait := backoffMin
 	for !s.Closed() {
 		c, err := s.connect(context.Background())
+		if err == nil && !c.Alive() {
+			// Lost between its steps and now (its loss was not ours to
+			// see: cur was not it): dial again.
+			err = errors.New("lost the connection as it was made")
+		}
 		if err == nil {
 			s.mu.Lock()
 			s.dialing = false
@@ -180,8 +190,9 @@ func (s *Session) Conn(ctx context.Context) (*Conn, layer.Errno) {
 			return c, 0
 		}
 		if c != nil {
-			// It failed and is about to report it (Fail calls connLost).
-			time.Sleep(time.Millisecond)
+			// It failed: its Fail reports it, unless it has already
+			// (connLost is idempotent).
+			s.connLost(c)
 			continue
 		}
 		if timer == nil {

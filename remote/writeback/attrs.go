@@ -12,9 +12,7 @@ import (
 func (w *Files) Gen(path uint64) uint64 {
 	var g uint64
 	for _, sf := range w.sfilesOf(path) {
-		sf.mu.Lock()
-		g += sf.gen
-		sf.mu.Unlock()
+		g += sf.gen.Load()
 	}
 	return g
 }
@@ -103,19 +101,22 @@ func (w *Files) truncateLocked(sf *sfile, size int64) {
 	}
 }
 
-// Unlinked discards the dirty data of the file numbered path whose last
-// name this client removed, unless a handle still has it open: it never
-// reaches the server.
+// Unlinked is told that this client removed a name of the file
+// numbered path (or renamed another file over it). With its last name
+// gone, its dirty data never reaches the server: discarded now, or, with
+// a handle that may read it back, at its write-back or last close (see
+// File.Removed). With other names left it is written back through them.
 func (w *Files) Unlinked(path uint64) {
-	if a, _, ok := w.Cache.Attr(path); !ok || a.Nlink > 1 {
-		return // other names may remain: written back as usual
+	a, _, ok := w.Cache.Attr(path)
+	if ok && a.Nlink > 1 {
+		return // other names remain
 	}
 	for _, sf := range w.sfilesOf(path) {
 		if !sf.hasDirty.Load() {
 			continue
 		}
 		sf.mu.Lock()
-		if !sf.writing() {
+		if ok && !sf.writing() {
 			w.discardLocked(sf)
 		}
 		sf.mu.Unlock()

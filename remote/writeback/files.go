@@ -22,12 +22,12 @@
 // It does not know nodes or handles: a File is what it writes back
 // through, a Writer an open handle whose fid it may use.
 //
-// Lock order: an open's lock (OpenLock), then sfile.mu, then sfile.vmu,
-// then the cache's and the session's; Files.smu and Files.olmu are taken
-// alone.
-// sfile.mu is held across a write-back (its network I/O): only the
-// file's own writes, reads of its dirty data and setattrs wait for it;
-// the cache's readers never do.
+// Lock order: an open's lock (OpenLock, held across its Tlopen), then
+// sfile.mu (held across a write-back: only the file's own writes, reads
+// of its delayed data and setattrs wait), then sfile.vmu and Files.smu,
+// then the File's own (Pin), the cache's and the session's. Files.olmu is
+// taken alone. What a session step runs (Reclaim) takes no sfile lock: a
+// write-back holding one may be waiting for that very connection.
 package writeback
 
 import (
@@ -75,6 +75,10 @@ type File interface {
 	// refused is the server's ESTALE to the open itself (another client
 	// wrote the file since this one did), not to the walk.
 	OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno)
+	// Removed tells whether this client removed its last name it knew
+	// (or renamed another file over it): its data then goes, as a local
+	// removed file's, once no handle reads it back.
+	Removed() bool
 	// Pin keeps it walkable by its path until Unpin, whatever the
 	// kernel forgets.
 	Pin()
@@ -157,6 +161,8 @@ type sfile struct {
 	tok      layer.Token // the file: a number reused by a new file is another
 	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
 	refused  atomic.Bool // the server refused its reclaim
+	// gone: forgetIdle took it from the map (set under mu and vmu).
+	gone bool
 
 	// vmu guards what opens learn: never held across a request, so that
 	// a handle's reopen (which takes it) never waits for a write-back.
@@ -174,7 +180,7 @@ type sfile struct {
 	// for the connection holds mu).
 	fbox atomic.Pointer[fileBox]
 	uid  uint32        // who wrote last: the write-back acts as them
-	gen  uint64        // write-backs done: a read that crossed one reads again
+	gen  atomic.Uint64 // write-backs done: a read that crossed one reads again (read without mu)
 	err  atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
 	// wb is a fid opened for the write-back when the file became dirty,
 	// so that it reaches the file whatever happens to its names.
@@ -203,6 +209,30 @@ func (w *Files) sfileOf(tok layer.Token, make bool) *sfile {
 	return sf
 }
 
+// lockedFile is tok's state, made if need be, with mu held.
+func (w *Files) lockedFile(tok layer.Token) *sfile {
+	for {
+		sf := w.sfileOf(tok, true)
+		sf.mu.Lock()
+		if !sf.gone {
+			return sf
+		}
+		sf.mu.Unlock()
+	}
+}
+
+// openState is tok's state, made if need be, with vmu held.
+func (w *Files) openState(tok layer.Token) *sfile {
+	for {
+		sf := w.sfileOf(tok, true)
+		sf.vmu.Lock()
+		if !sf.gone {
+			return sf
+		}
+		sf.vmu.Unlock()
+	}
+}
+
 // sfilesOf is the states of every file numbered path (a number a new
 // file reuses is two files): the journal's records name a QID path
 // alone.
@@ -220,9 +250,14 @@ func (w *Files) Has(tok layer.Token) bool { return w.sfileOf(tok, false) != nil 
 // no dirty data, no writers, no error, no version worth keeping (the
 // cache holds nothing of the file). sf.mu is held.
 func (w *Files) forgetIdle(sf *sfile) {
-	if sf.d != nil || sf.writing() || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
+	sf.vmu.Lock()
+	defer sf.vmu.Unlock()
+	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
 		return
 	}
+	// Under both locks: whoever took sf from the map before this looks
+	// at gone under either and takes it again.
+	sf.gone = true
 	w.smu.Lock()
 	if sfs := slices.DeleteFunc(w.sfiles[sf.tok.Ino], func(o *sfile) bool { return o == sf }); len(sfs) > 0 {
 		w.sfiles[sf.tok.Ino] = sfs
@@ -237,8 +272,12 @@ func (w *Files) forgetIdle(sf *sfile) {
 func (sf *sfile) settled() {
 	sf.d = nil
 	sf.hasDirty.Store(false)
-	sf.gen++
+	sf.gen.Add(1)
 	sf.setFile(nil)
+	if wb := sf.wb; wb != nil {
+		sf.wb = nil
+		wb.c.Clunk(wb.fid)
+	}
 }
 
 // setFile makes f what sf's dirty data is written back through, pinned

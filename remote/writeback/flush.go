@@ -45,15 +45,6 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	if d == nil {
 		return 0, false
 	}
-	if _, pe := sf.f.Path(); pe != 0 {
-		// This client removed the file's last name it knew, or renamed
-		// another file over it: as a local file's, its data goes, once
-		// no handle can read it back.
-		if !sf.writing() {
-			w.discardLocked(sf)
-		}
-		return 0, false
-	}
 	if sf.refused.Swap(false) {
 		return w.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes"), false
 	}
@@ -62,7 +53,17 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	case refused:
 		return w.lostLocked(sf, "another client wrote the file while this one could not reach the server"), false
 	case e == syscall.ESTALE || e == syscall.ENOENT:
-		return w.lostLocked(sf, "another client removed or renamed the file"), false
+		// No fid reaches the file, nor any name this client knows.
+		switch {
+		case !sf.f.Removed():
+			return w.lostLocked(sf, "another client removed or renamed the file"), false
+		case sf.writing():
+			return 0, false // a handle may read it back yet: kept until it closes (Released)
+		}
+		// This client removed its last name (or renamed another file
+		// over it): as a local file's, its data goes.
+		w.discardLocked(sf)
+		return 0, false
 	case e != 0:
 		return e, e == syscall.EIO // EIO: the connection went, or none came
 	}
@@ -148,19 +149,25 @@ func (w *Files) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, f
 }
 
 // writeBackOldest writes back the files dirty longest until at most
-// DirtyMax is dirty: memory is short.
+// DirtyMax is dirty: memory is short. Each file is tried once: one that
+// cannot go back now (removed, still open) is left.
 func (w *Files) writeBackOldest(ctx context.Context) {
-	for w.dirtyBytes.Load() > w.DirtyMax {
+	tried := map[*sfile]bool{}
+	for w.dirtyBytes.Load() > w.DirtyMax && ctx.Err() == nil {
 		var oldest *sfile
 		var at time.Time
 		for _, sf := range w.dirtyFiles() {
 			sf.mu.Lock()
-			if sf.d != nil && (oldest == nil || sf.d.since.Before(at)) {
+			if sf.d != nil && !tried[sf] && (oldest == nil || sf.d.since.Before(at)) {
 				oldest, at = sf, sf.d.since
 			}
 			sf.mu.Unlock()
 		}
-		if oldest == nil || w.WriteBack(ctx, oldest.tok, Memory) != 0 {
+		if oldest == nil {
+			return
+		}
+		tried[oldest] = true
+		if w.WriteBack(ctx, oldest.tok, Memory) != 0 {
 			return
 		}
 	}
@@ -233,6 +240,10 @@ func (w *Files) Recalled(path, seq uint64, uncache bool) {
 	}
 	for _, sf := range sfs {
 		sf.mu.Lock()
+		if sf.gone {
+			sf.mu.Unlock()
+			continue // idle, forgotten meanwhile: nothing to write back
+		}
 		drop := uncache && !sf.uncached.Load()
 		if uncache {
 			sf.vmu.Lock()

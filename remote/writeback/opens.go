@@ -79,8 +79,7 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	}
 	w.Ctr.Opens.Add(1)
 	path := tok.Ino
-	sf := w.sfileOf(tok, true)
-	sf.vmu.Lock()
+	sf := w.openState(tok)
 	v := vers &^ journal.NoCache
 	expect := sf.version
 	if write {
@@ -122,10 +121,8 @@ func (w *Files) Released(tok layer.Token, h Writer) {
 	delete(sf.writers, h)
 	sf.vmu.Unlock()
 	sf.mu.Lock()
-	if was && sf.d != nil && !sf.writing() {
-		if _, e := sf.f.Path(); e != 0 {
-			w.discardLocked(sf) // removed here, and now closed
-		}
+	if was && sf.d != nil && !sf.writing() && sf.f.Removed() {
+		w.discardLocked(sf) // removed here, and now closed
 	}
 	if was {
 		w.cleanLocked(sf)
@@ -140,8 +137,7 @@ func (w *Files) Reopened(tok layer.Token, vers uint32, since uint64) {
 	if !w.sprite.Load() {
 		return
 	}
-	sf := w.sfileOf(tok, true)
-	sf.vmu.Lock()
+	sf := w.openState(tok)
 	sf.version, sf.known = vers&^journal.NoCache, true
 	if vers&journal.NoCache != 0 {
 		sf.uncached.Store(true)

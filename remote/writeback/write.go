@@ -12,10 +12,9 @@ import (
 // through). size asks the server for the file's size, the first delayed
 // write's base.
 func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, data []byte, off int64, size func(context.Context) (int64, layer.Errno)) (bool, layer.Errno) {
-	sf := w.sfileOf(tok, true)
+	sf := w.lockedFile(tok)
 	var base int64
 	var wb *wbFid
-	sf.mu.Lock()
 	for sf.d == nil && !sf.uncached.Load() {
 		// The first delayed write: the size and a fid to write back
 		// through come from the server, asked without mu (a handle
@@ -30,6 +29,14 @@ func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, 
 		}
 		wb = w.openWriteBack(ctx, f, uid)
 		sf.mu.Lock()
+		if sf.gone {
+			// Forgotten while unlocked: start again on its new state.
+			sf.mu.Unlock()
+			if wb != nil {
+				wb.c.Clunk(wb.fid)
+			}
+			return w.Write(ctx, tok, f, uid, data, off, size)
+		}
 		if sf.d == nil && !sf.uncached.Load() {
 			sf.d = &dirty{size: base, since: time.Now()}
 			sf.hasDirty.Store(true)
@@ -40,8 +47,14 @@ func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, 
 		defer wb.c.Clunk(wb.fid)
 	}
 	if sf.uncached.Load() {
+		// Write-shared: written through from now on, after what was
+		// delayed, which the write must not be overlaid by.
+		var e layer.Errno
+		if sf.d != nil {
+			e = w.writeBackLocked(ctx, sf, Uncache)
+		}
 		sf.mu.Unlock()
-		return false, 0
+		return false, e
 	}
 	added, replaced := sf.d.write(off, data)
 	sf.d.mtime = time.Now()
@@ -95,14 +108,14 @@ func (w *Files) Read(tok layer.Token, dest []byte, off int64, readClean func(des
 			sf.mu.Unlock()
 			return n, true, 0
 		}
-		gen := sf.gen
+		gen := sf.gen.Load()
 		sf.mu.Unlock()
 		k, e := readClean(dest[:n], off)
 		if e != 0 {
 			return 0, true, e
 		}
 		sf.mu.Lock()
-		if sf.gen != gen || sf.d == nil {
+		if sf.gen.Load() != gen || sf.d == nil {
 			sf.mu.Unlock()
 			continue // a write-back crossed the read: read again
 		}
