@@ -65,15 +65,17 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		w.discardLocked(sf)
 		return 0, false
 	case e != 0:
-		return e, e == syscall.EIO // EIO: the connection went, or none came
+		// EIO: the connection went, or none came; EINTR: the server
+		// cut the request short (it is ending): both are tried again.
+		return e, e == syscall.EIO || e == syscall.EINTR
 	}
 	defer done()
 	for _, x := range d.ext {
 		k, err := c.WriteAt(fid, iounit, x.data, x.off)
 		w.Ctr.WriteServerBytes.Add(uint64(k))
 		if err != nil {
-			if errors.Is(err, session.ErrLost) {
-				return syscall.EIO, true // kept, to write again
+			if errors.Is(err, session.ErrLost) || errors.Is(err, syscall.EINTR) {
+				return syscall.EIO, true // kept, to write again: the connection went, or the server is ending
 			}
 			return w.lostLocked(sf, "the server refused the write: "+session.Errno(err).Error()), false
 		}
