@@ -8,25 +8,6 @@ import (
 	"github.com/shalefs/shale/export"
 )
 
-// A lookup of a name the kernel knows makes a twin node that the view
-// forgets at once: the name tree does not grow with such lookups.
-func TestLookupTwinsDoNotGrowTheTree(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	h.Release(bg)
-	for range 100 {
-		lookup(t, a, "f").Forget()
-	}
-	n := f.(*node)
-	n.fs.tree.Lock()
-	names, kids := len(n.fs.named[n.tok]), len(a.children["f"])
-	n.fs.tree.Unlock()
-	if names > 1 || kids > 1 {
-		t.Fatalf("after 100 lookups and forgets: %d nodes named for the file, %d under its name; want 1", names, kids)
-	}
-}
-
 // A file removed while open, written past DirtyMax, neither spins the
 // writer (its delayed data cannot go back: it has no name) nor loses
 // what it reads back.

@@ -293,7 +293,7 @@ func (n *node) forget() {
 	n.fs.tree.Lock()
 	switch {
 	case n.parent == nil:
-	case n.fs.othersLive(n) && !n.twinLocked():
+	case n.fs.othersLive(n):
 	case n.pinnedBelowLocked():
 		n.kept = true
 	default:
@@ -312,18 +312,6 @@ func (n *node) forget() {
 		}
 		n.fs.tree.Unlock()
 	}
-}
-
-// twinLocked tells whether another node of the file has the node's
-// name: then the name is not the node's alone to keep (a lookup of a
-// name the kernel knows makes such a twin, forgotten at once).
-func (n *node) twinLocked() bool {
-	for _, m := range n.fs.named[n.tok] {
-		if m != n && m.parent == n.parent && m.name == n.name {
-			return true
-		}
-	}
-	return false
 }
 
 // unnameLocked takes the node's name from the tree; fs.tree is held.
@@ -384,25 +372,6 @@ func (n *node) adopt(name string, c *node) {
 	defer n.fs.tree.Unlock()
 	if n.children == nil {
 		n.children = map[string][]*node{}
-	}
-	// A directory kept for what is pinned beneath it (see kept) hands
-	// its children to the node the kernel now has for it, so that
-	// removals and renames through that one reach them.
-	for _, k := range slices.Clone(n.children[name]) {
-		if k.kept && k.tok == c.tok {
-			for nm, cs := range k.children {
-				for _, x := range cs {
-					x.parent = c
-				}
-				if c.children == nil {
-					c.children = map[string][]*node{}
-				}
-				c.children[nm] = append(c.children[nm], cs...)
-			}
-			k.children = nil
-			k.kept = false
-			k.unnameLocked()
-		}
 	}
 	c.parent, c.name = n, name
 	n.children[name] = append(n.children[name], c)
