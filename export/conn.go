@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -217,4 +218,13 @@ func (c *conn) releaseAll() {
 	for _, f := range fs {
 		f.release()
 	}
+}
+
+// stopReading ends the connection's reading of requests, not its
+// replies: a deadline where the stream has one, else it is closed.
+func (c *conn) stopReading() {
+	if d, ok := c.rw.(interface{ SetReadDeadline(time.Time) error }); ok && d.SetReadDeadline(time.Now()) == nil {
+		return
+	}
+	c.rw.Close()
 }

@@ -98,6 +98,12 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
+	// drain is closed when Serve's context ends: connections read no
+	// more requests, journal reads end, and the requests in flight finish
+	// (within drainTime) before the connections close, so that no client
+	// is left not knowing whether a change it asked for was made.
+	drain     chan struct{}
+	drainOnce sync.Once
 }
 
 // root is one served node under its attach name.
@@ -153,6 +159,7 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 		slots:    make(chan struct{}, opts.MaxConns),
 		users:    map[uint32]groups{},
 		conns:    map[*conn]struct{}{},
+		drain:    make(chan struct{}),
 		ctl:      newController(&opts),
 	}
 	if s.log == nil {
@@ -204,7 +211,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() {
 		l.Close()
-		s.closeAll()
+		s.drainAll()
 	})
 	defer stop()
 	for {
@@ -231,6 +238,21 @@ func (s *Server) closeAll() {
 	}
 }
 
+// drainTime bounds how long a connection's requests in flight may take
+// to finish when Serve ends.
+const drainTime = 5 * time.Second
+
+// drainAll stops every connection reading requests; each then finishes
+// those in flight (serve) and closes.
+func (s *Server) drainAll() {
+	s.drainOnce.Do(func() { close(s.drain) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.stopReading()
+	}
+}
+
 // ServeConn serves one connection and returns when it ends, having
 // released everything the connection held.
 func (s *Server) ServeConn(c io.ReadWriteCloser) { s.serve(context.Background(), c) }
@@ -244,7 +266,8 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 		rw.Close()
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// Not ended with Serve's ctx: a drain ends the connection (drainAll).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
 		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
@@ -252,11 +275,26 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	// Serve may have closed every connection between our accept and now.
-	if ctx.Err() != nil {
-		rw.Close()
+	// Serve may have begun its drain between our accept and now.
+	select {
+	case <-s.drain:
+		c.stopReading()
+	default:
 	}
 	c.loop()
+	select {
+	case <-s.drain:
+		// Requests in flight finish and are answered first.
+		done := make(chan struct{})
+		go func() { c.flight.Wait(); close(done) }()
+		t := time.NewTimer(drainTime)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	default:
+	}
 	// The stream has ended: requests still running (a layer that hangs)
 	// are cancelled, and every fid goes with its handles and locks.
 	cancel()

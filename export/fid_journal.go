@@ -208,7 +208,7 @@ func (jf *journalFid) read(ctx context.Context, m *p9wire.Read) (p9wire.Message,
 	case jf.typ == jStats:
 		return readAt(jf.stats, m.Offset, count), 0
 	case jf.typ == jFile:
-		b, e := jf.j.read(ctx, jf.stop, m.Offset, int(count))
+		b, e := jf.j.read(ctx, jf.stop, jf.c.s.drain, m.Offset, int(count))
 		if e != 0 {
 			return nil, e
 		}

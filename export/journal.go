@@ -259,14 +259,14 @@ func (j *jrnl) change(k interestKey, fields func() []journal.Field) {
 }
 
 // read returns the records after seq n that fit in count bytes,
-// waiting until there is one, or ctx or stop ends (EINTR). The records
+// waiting until there is one, or ctx, stop or drain ends (EINTR). The records
 // up to n are forgotten. If some after n are gone (forgotten by a read
 // after n, or n is not a seq of this journal: a client that read another
 // one, before a restart), the reply is one Reset with a new seq, and the
 // interest set is cleared. A count too
 // small for the next record is EINVAL: a short reply would look like
 // the end of the file.
-func (j *jrnl) read(ctx context.Context, stop <-chan struct{}, n uint64, count int) ([]byte, syscall.Errno) {
+func (j *jrnl) read(ctx context.Context, stop, drain <-chan struct{}, n uint64, count int) ([]byte, syscall.Errno) {
 	for {
 		j.mu.Lock()
 		if n < j.base || n > j.last {
@@ -289,6 +289,8 @@ func (j *jrnl) read(ctx context.Context, stop <-chan struct{}, n uint64, count i
 			return nil, syscall.EINTR
 		case <-stop:
 			return nil, syscall.EINTR
+		case <-drain:
+			return nil, syscall.EINTR // the server is ending
 		}
 	}
 }
