@@ -283,9 +283,15 @@ func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	// A connection lost under the Tfsync is waited for, and the Tfsync
 	// sent again on the next (the bytes were written to the server, which
 	// a killed server's machine still has), within the timeout.
+	// So is one lost under the reopen of the handle that a new
+	// connection needs first (its EIO).
 	deadline := time.Now().Add(h.fs.timeout)
 	for {
 		c, fid, _, e := h.use(ctx)
+		if e == syscall.EIO && time.Now().Before(deadline) && ctx.Err() == nil && !h.fs.ss.Closed() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		if e != 0 {
 			return e
 		}
