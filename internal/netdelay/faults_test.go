@@ -308,15 +308,7 @@ func TestFaultsRaceClose(t *testing.T) {
 			p.Heal()
 		}
 	}()
-	var n int
-	for range 250 {
-		if n = runtime.NumGoroutine(); n <= before {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	buf := make([]byte, 1<<16)
-	t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	settled(t, before, 5*time.Second)
 }
 
 // client echoes a few messages over a few connections to addr until the

@@ -282,12 +282,18 @@ func TestCloseNoLeak(t *testing.T) {
 			c2.Close()
 		}
 	}()
+	settled(t, before, 2*time.Second)
+}
+
+// settled waits up to limit for the goroutines to be back to before, and
+// fails t with their stacks if they are not.
+func settled(t *testing.T, before int, limit time.Duration) {
+	t.Helper()
 	var n int
-	for range 100 {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if n = runtime.NumGoroutine(); n <= before {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	buf := make([]byte, 1<<16)
 	t.Fatalf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])

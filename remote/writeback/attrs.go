@@ -10,8 +10,11 @@ import (
 // path, taken before asking the server for attributes of path, whose
 // token is not known yet: see OverlayAttrSince.
 func (w *Files) Gen(path uint64) uint64 {
+	// On every stat and lookup: no copy of the list.
+	w.smu.Lock()
+	defer w.smu.Unlock()
 	var g uint64
-	for _, sf := range w.sfilesOf(path) {
+	for _, sf := range w.sfiles[path] {
 		g += sf.gen.Load()
 	}
 	return g
