@@ -52,11 +52,12 @@ func (n *node) OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, r
 }
 
 // FidOn is the handle's fid, if it is open on c and writes where it is
-// told (not O_APPEND: the server would put every extent at the end).
+// told (not O_APPEND: the server would put every extent at the end) and
+// can write (not O_RDONLY, which O_TRUNC alone opens).
 func (h *handle) FidOn(c *session.Conn) (fid, iounit uint32, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.fid, h.iounit, h.c == c && !h.released && h.flags&unix.O_APPEND == 0
+	return h.fid, h.iounit, h.c == c && !h.released && h.flags&unix.O_APPEND == 0 && h.flags&unix.O_ACCMODE != unix.O_RDONLY
 }
 
 // size is the file's size on the server, from the cache if it has it.

@@ -119,7 +119,7 @@ func (w *Files) Unlinked(path uint64) {
 			continue
 		}
 		sf.mu.Lock()
-		if ok && !sf.writing() {
+		if ok && !sf.held() {
 			w.discardLocked(sf)
 		}
 		sf.mu.Unlock()

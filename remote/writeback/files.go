@@ -170,7 +170,7 @@ type sfile struct {
 	version  uint32
 	known    bool            // version is the server's, as of our last open
 	uncaches uint64          // Uncache records applied: one that crossed an open's answer wins
-	writers  map[Writer]bool // handles that may write
+	handles  map[Writer]bool // this client's open handles; true: it may write
 	uncached atomic.Bool     // write-shared: no caching of its data (read without a lock)
 
 	mu sync.Mutex // the dirty data; held across a write-back: writes and reads of dirty data wait
@@ -252,7 +252,7 @@ func (w *Files) Has(tok layer.Token) bool { return w.sfileOf(tok, false) != nil 
 func (w *Files) forgetIdle(sf *sfile) {
 	sf.vmu.Lock()
 	defer sf.vmu.Unlock()
-	if sf.d != nil || len(sf.writers) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
+	if sf.d != nil || len(sf.handles) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
 		return
 	}
 	// Under both locks: whoever took sf from the map before this looks
@@ -319,7 +319,20 @@ func (w *Files) dirtyFiles() []*sfile {
 func (sf *sfile) writing() bool {
 	sf.vmu.Lock()
 	defer sf.vmu.Unlock()
-	return len(sf.writers) > 0
+	for _, write := range sf.handles {
+		if write {
+			return true
+		}
+	}
+	return false
+}
+
+// held tells whether a handle of this client has the file open: one that
+// may read its delayed data back, which stays until the last closes.
+func (sf *sfile) held() bool {
+	sf.vmu.Lock()
+	defer sf.vmu.Unlock()
+	return len(sf.handles) > 0
 }
 
 // named tells whether the file has a name this client knows: one it

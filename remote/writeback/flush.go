@@ -57,8 +57,8 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		switch {
 		case !sf.f.Removed():
 			return w.lostLocked(sf, "another client removed or renamed the file"), false
-		case sf.writing():
-			return 0, false // a handle may read it back yet: kept until it closes (Released)
+		case sf.held():
+			return 0, false // a handle may read it back yet: kept until the last closes (Released)
 		}
 		// This client removed its last name (or renamed another file
 		// over it): as a local file's, its data goes.
@@ -107,8 +107,9 @@ func (w *Files) cleanLocked(sf *sfile) {
 		return
 	}
 	sf.vmu.Lock()
-	idle, known, version := len(sf.writers) == 0, sf.known, sf.version
+	known, version := sf.known, sf.version
 	sf.vmu.Unlock()
+	idle := !sf.writing()
 	if !idle || !known {
 		return
 	}
@@ -134,9 +135,11 @@ func (w *Files) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, f
 	// A handle open on this connection; not one to open again, which
 	// would count as a program's open (and take sf.mu).
 	sf.vmu.Lock()
-	writers := make([]Writer, 0, len(sf.writers))
-	for h := range sf.writers {
-		writers = append(writers, h)
+	var writers []Writer
+	for h, write := range sf.handles {
+		if write {
+			writers = append(writers, h)
+		}
 	}
 	sf.vmu.Unlock()
 	for _, h := range writers {

@@ -66,8 +66,8 @@ func (w *Files) OpenLock(path uint64) func() {
 }
 
 // Opened applies an open's answer of the file tok: vers is the QID
-// version of Rlopen or Rlcreate; h, if the open may write, is its
-// handle. A version other than the one cached (the one before it, for
+// version of Rlopen or Rlcreate; h is its handle, which may write if
+// write is true. A version other than the one cached (the one before it, for
 // an open for writing, which bumped it) means another client changed the
 // file: what is cached of it goes, here and in the kernels above.
 // NoCache in vers turns caching of the file off; its absence turns it
@@ -93,11 +93,11 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	} else if sf.uncaches == since {
 		sf.uncached.Store(false)
 	}
-	if write && h != nil {
-		if sf.writers == nil {
-			sf.writers = map[Writer]bool{}
+	if h != nil {
+		if sf.handles == nil {
+			sf.handles = map[Writer]bool{}
 		}
-		sf.writers[h] = true
+		sf.handles[h] = write
 	}
 	sf.vmu.Unlock()
 	if stale || sf.uncached.Load() {
@@ -110,19 +110,19 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	}
 }
 
-// Released forgets a handle of path that could write.
+// Released forgets a handle of tok.
 func (w *Files) Released(tok layer.Token, h Writer) {
 	sf := w.sfileOf(tok, false)
 	if sf == nil {
 		return
 	}
 	sf.vmu.Lock()
-	was := sf.writers[h]
-	delete(sf.writers, h)
+	was, had := sf.handles[h]
+	delete(sf.handles, h)
 	sf.vmu.Unlock()
 	sf.mu.Lock()
-	if was && sf.d != nil && !sf.writing() && sf.f.Removed() {
-		w.discardLocked(sf) // removed here, and now closed
+	if had && sf.d != nil && !sf.held() && sf.f.Removed() {
+		w.discardLocked(sf) // removed here, and now the last handle closed
 	}
 	if was {
 		w.cleanLocked(sf)

@@ -86,6 +86,22 @@ var _ = addCases(
 		e.ExpectErrno("getdents on removed dir", err, "ENOENT")
 		e.Tree("tree", ".")
 	}},
+	// A file written, closed, then opened only to read and unlinked: its
+	// data stays readable through the open file (a caching client that
+	// delayed the write must not drop it when the name goes).
+	testCase{"open-unlinked-reader", func(t *testing.T, e *env) {
+		e.WriteFile("f", "written", 0o644)
+		e.WriteFile("g", "other", 0o644)
+		fd := e.Fd("f", unix.O_RDONLY, 0)
+		gd := e.Fd("g", unix.O_RDONLY, 0)
+		e.ExpectErrno("unlink", unix.Unlink(e.P("f")), "OK")
+		e.Expect("read after unlink", string(e.Pread(fd, 100, 0)), "written")
+		e.ExpectErrno("rename over g", unix.Rename(e.P("g"), e.P("g2")), "OK")
+		e.WriteFile("h", "new", 0o644)
+		e.ExpectErrno("rename h over g2", unix.Rename(e.P("h"), e.P("g2")), "OK")
+		e.Expect("read after replaced", string(e.Pread(gd, 100, 0)), "other")
+		e.Tree("tree", ".")
+	}},
 
 	testCase{"sparse-5GiB", func(t *testing.T, e *env) {
 		fd := e.Fd("f", unix.O_RDWR|unix.O_CREAT, 0o644)
