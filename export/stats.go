@@ -94,5 +94,6 @@ func (s *Server) stats() []byte {
 	line("sprite.recall.timeouts", sp.timeouts.Load())
 	line("sprite.writebacks", sp.writeBacks.Load())
 	line("sprite.writebacks.refused", sp.refused.Load())
+	line("sprite.reclaims.unheld", sp.forged.Load())
 	return []byte(b.String())
 }

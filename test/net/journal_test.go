@@ -42,6 +42,16 @@ func dial9p(t *testing.T, sock string) *p9 {
 // and returns the reply's body; an Rlerror fails the test.
 func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 	p.t.Helper()
+	body, e := p.try(what, typ, fields...)
+	if e != 0 {
+		p.t.Fatalf("%s: %v", what, e)
+	}
+	return body
+}
+
+// try is rpc that returns an Rlerror's errno.
+func (p *p9) try(what string, typ uint8, fields ...any) ([]byte, syscall.Errno) {
+	p.t.Helper()
 	var b bytes.Buffer
 	b.Write([]byte{0, 0, 0, 0, typ, 1, 0})
 	for _, f := range fields {
@@ -71,9 +81,9 @@ func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 		p.t.Fatalf("%s: %v", what, err)
 	}
 	if hdr[4] == p9wire.Rlerror {
-		p.t.Fatalf("%s: %v", what, syscall.Errno(binary.LittleEndian.Uint32(body)))
+		return nil, syscall.Errno(binary.LittleEndian.Uint32(body))
 	}
-	return body
+	return body, 0
 }
 
 // walkStat walks fid 0 to name as fid and returns its QID from Rgetattr.
@@ -87,7 +97,7 @@ func (p *p9) walkStat(fid uint32, name string) p9wire.Qid {
 // openJournal attaches the journal tree as fid 100 and creates uuid's.
 func (p *p9) openJournal(uuid string) {
 	p.t.Helper()
-	p.rpc("attach #journal", p9wire.Tattach, uint32(100), p9wire.NoFid, "", journal.Aname, uint32(0))
+	p.rpc("attach #journal", p9wire.Tattach, uint32(100), p9wire.NoFid, "", journal.Aname, uint32(os.Geteuid()))
 	p.rpc("create journal", p9wire.Tlcreate, uint32(100), uuid, uint32(syscall.O_RDWR), uint32(0o600), p9wire.NoUID)
 }
 
