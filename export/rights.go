@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // rights is the server's record of which clients may hold delayed writes
@@ -20,9 +21,11 @@ import (
 // reclaim over, nor make its opens wait for writes it never held.
 //
 // The file is a log: "+ UUID PATH PRINCIPAL" grants, "- UUID PATH"
-// revokes, appended (and synced) by a goroutine of its own, so that
-// neither an open nor a Clean waits for the disk. A crash loses at most
-// the lines of the last moments; their clients' reclaims are then
+// revokes, appended (and synced) by a goroutine of its own, so that no
+// open waits for the disk under the server's locks. An open for writing
+// is answered once its grant is written (Recorded), not synced: a server
+// killed at any moment after it keeps the line; a machine's crash may
+// lose the lines of its last moments, whose clients' reclaims are then
 // refused and their data kept as conflict copies, not lost.
 type rights struct {
 	log  *slog.Logger
@@ -38,6 +41,10 @@ type rights struct {
 	lines   int                 // lines in the file
 	kick    chan struct{}       // pending has lines
 	closed  bool
+	// queued counts the lines given to pending, written those in the
+	// file (synced or not); wrote is signalled as written grows.
+	queued, written uint64
+	wrote           *sync.Cond
 }
 
 type rightKey struct {
@@ -51,6 +58,7 @@ const rightsHeader = "shale-rights 1\n"
 // server's record there.
 func openRights(path string, log *slog.Logger) *rights {
 	r := &rights{log: log, path: path, held: map[rightKey]string{}, prior: map[rightKey]string{}, kick: make(chan struct{}, 1)}
+	r.wrote = sync.NewCond(&r.mu)
 	if path == "" {
 		return r
 	}
@@ -60,7 +68,7 @@ func openRights(path string, log *slog.Logger) *rights {
 	} else if !os.IsNotExist(err) {
 		log.Warn("9p: the clients' rights to reclaim delayed writes could not be read: reclaims after this restart are refused (their data is kept as conflict copies)", "file", path, "err", err)
 	}
-	if err := r.rewrite(); err != nil {
+	if err := r.rewrite(0); err != nil {
 		log.Warn("9p: the clients' rights to reclaim delayed writes cannot be recorded: after a restart their reclaims will be refused", "file", path, "err", err)
 		r.path = ""
 		return r
@@ -150,9 +158,32 @@ func (r *rights) addLocked(line string) {
 		return
 	}
 	r.pending = append(r.pending, line...)
+	r.queued++
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+}
+
+// Recorded waits until every line given so far is written to the file
+// (or for a second at most, if the disk hangs; or not at all without
+// a file): an open for writing is answered after its grant is there.
+func (r *rights) Recorded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queued == r.written || r.path == "" {
+		return
+	}
+	want := r.queued
+	t := time.AfterFunc(time.Second, func() {
+		r.mu.Lock()
+		r.written = max(r.written, want) // given up on
+		r.wrote.Broadcast()
+		r.mu.Unlock()
+	})
+	defer t.Stop()
+	for r.written < want && !r.closed && r.path != "" {
+		r.wrote.Wait()
 	}
 }
 
@@ -162,15 +193,15 @@ func (r *rights) flusher() {
 	for range r.kick {
 		r.wmu.Lock()
 		r.mu.Lock()
-		b := r.pending
+		b, upto := r.pending, r.queued
 		r.pending = nil
 		n := strings.Count(string(b), "\n")
 		compact := r.lines+n > 2*(len(r.held)+len(r.prior))+1024
 		r.mu.Unlock()
 		var err error
 		if compact {
-			err = r.rewrite()
-		} else if err = appendSync(r.path, b); err == nil {
+			err = r.rewrite(upto)
+		} else if err = r.appendLines(b, upto); err == nil {
 			r.mu.Lock()
 			r.lines += n
 			r.mu.Unlock()
@@ -182,10 +213,21 @@ func (r *rights) flusher() {
 	}
 }
 
-// rewrite replaces the file by the rights known now, and forgets the
-// pending lines (what they say is in it).
-func (r *rights) rewrite() error {
+// wroteUpto tells the opens waiting that the lines up to seq are in the
+// file.
+func (r *rights) wroteUpto(seq uint64) {
 	r.mu.Lock()
+	r.written = max(r.written, seq)
+	r.wrote.Broadcast()
+	r.mu.Unlock()
+}
+
+// rewrite replaces the file by the rights known now, and forgets the
+// pending lines (what they say is in it); upto is the last line given
+// before the call.
+func (r *rights) rewrite(upto uint64) error {
+	r.mu.Lock()
+	upto = max(upto, r.queued)
 	b := []byte(rightsHeader)
 	for _, m := range []map[rightKey]string{r.prior, r.held} {
 		for k, p := range m {
@@ -196,23 +238,34 @@ func (r *rights) rewrite() error {
 	r.lines = strings.Count(string(b), "\n")
 	r.mu.Unlock()
 	tmp := r.path + ".new"
-	err := writeSync(tmp, os.O_TRUNC|os.O_CREATE, b)
+	err := writeSync(tmp, os.O_TRUNC|os.O_CREATE, b, nil)
 	if err == nil {
 		err = os.Rename(tmp, r.path)
+	}
+	if err == nil {
+		r.wroteUpto(upto)
 	}
 	return err
 }
 
-func appendSync(path string, b []byte) error { return writeSync(path, os.O_APPEND, b) }
+// appendLines appends b, the lines up to seq, to the file: the opens
+// waiting for them go on once they are written, before the sync.
+func (r *rights) appendLines(b []byte, seq uint64) error {
+	return writeSync(r.path, os.O_APPEND, b, func() { r.wroteUpto(seq) })
+}
 
-// writeSync writes b to path, opened with flag, and syncs it.
-func writeSync(path string, flag int, b []byte) error {
+// writeSync writes b to path, opened with flag, tells wrote (if not nil),
+// and syncs it.
+func writeSync(path string, flag int, b []byte, wrote func()) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|flag, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b)
 	if err == nil {
+		if wrote != nil {
+			wrote()
+		}
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -226,14 +279,17 @@ func (r *rights) close() {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	r.mu.Lock()
-	b := r.pending
+	b, upto := r.pending, r.queued
 	r.pending = nil
 	done := r.closed || r.path == ""
-	r.closed = true
 	r.mu.Unlock()
 	if !done && len(b) > 0 {
-		if err := appendSync(r.path, b); err != nil {
+		if err := r.appendLines(b, upto); err != nil {
 			r.log.Warn("9p: recording the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
 		}
 	}
+	r.mu.Lock()
+	r.closed = true
+	r.wrote.Broadcast()
+	r.mu.Unlock()
 }
