@@ -58,11 +58,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	since := cc.Snap()
 	uncaches := n.fs.wb.Uncaches(n.tok)
-	c, e := n.fs.ss.Conn(ctx)
-	if e != 0 {
-		return nil, e
-	}
-	fid, iounit, q, e := n.openFid(c, id.uid, flags)
+	var (
+		c           *session.Conn
+		fid, iounit uint32
+		q           p9wire.Qid
+		e           layer.Errno
+	)
+	// An open whose connection is lost under it is sent again on the
+	// next: the server may have made it (an O_TRUNC truncated) without
+	// answering, and the client's delayed writes, kept for a failed
+	// open, would land on the truncated file as holes. Opening again is
+	// harmless: an O_TRUNC twice truncates once.
+	n.fs.ss.UntilNotLost(ctx, func() bool {
+		if c, e = n.fs.ss.Conn(ctx); e != 0 {
+			return false
+		}
+		fid, iounit, q, e = n.openFid(c, id.uid, flags)
+		return e != 0 && !c.Alive()
+	})
 	if e != 0 {
 		return nil, e
 	}

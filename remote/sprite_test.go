@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ type spriteServer struct {
 	s     *export.Server
 	down  map[string]bool // the clients whose dials fail
 	conns map[string][]net.Conn
+	// lose, if not 0, is a reply type the server makes but that never
+	// reaches the client: its connection breaks instead (once).
+	lose atomic.Uint32
 }
 
 func newSpriteServer(t *testing.T, opts export.Options) *spriteServer {
@@ -91,9 +95,24 @@ func (x *spriteServer) dialer(who string) func(context.Context) (net.Conn, error
 		}
 		cli, srv := net.Pipe()
 		x.conns[who] = append(x.conns[who], cli, srv)
-		go x.s.ServeConn(srv)
+		go x.s.ServeConn(&losing{Conn: srv, x: x})
 		return cli, nil
 	}
+}
+
+// losing is a server's end of a pipe that breaks instead of sending the
+// reply x.lose names.
+type losing struct {
+	net.Conn
+	x *spriteServer
+}
+
+func (l *losing) Write(b []byte) (int, error) {
+	if t := l.x.lose.Load(); len(b) > 4 && t != 0 && uint32(b[4]) == t && l.x.lose.CompareAndSwap(t, 0) {
+		l.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return l.Conn.Write(b)
 }
 
 // onServer is what the server's directory holds of name.

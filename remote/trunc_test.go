@@ -1,0 +1,46 @@
+package remote
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// TestTruncOpenLostReply: an open with O_TRUNC that the server makes but
+// whose reply the connection loses is sent again, not failed: failed,
+// the client kept its delayed writes of the file, and wrote them back
+// onto the file the server had truncated, at their offsets past its end
+// (a hole of zeros where the file's bytes were).
+func TestTruncOpenLostReply(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "0123456789")
+	must(t, h.Fsync(bg, false), "fsync")
+	write(t, h, 10, "abc") // delayed
+	h.Release(bg)
+
+	x.lose.Store(p9wire.Tlopen + 1)
+	ht, e := f.Open(bg, unix.O_WRONLY|unix.O_TRUNC)
+	if x.lose.Load() != 0 {
+		t.Fatal("the open's reply was never lost: the test tests nothing")
+	}
+	if e == 0 {
+		write(t, ht, 0, "x")
+		must(t, ht.Fsync(bg, false), "fsync")
+		ht.Release(bg)
+	} else {
+		t.Errorf("the open whose reply was lost failed: %v, want it sent again", e)
+	}
+	hs := open(t, f, unix.O_RDONLY)
+	must(t, hs.Fsync(bg, false), "fsync") // what is delayed goes back
+	hs.Release(bg)
+	got := x.onServer(t, "f")
+	if strings.Contains(got, "\x00") || (got != "x" && got != "0123456789abc" && got != "") {
+		t.Fatalf("the server has %q, want %q (or, had the open failed, what it had before it or nothing)", got, "x")
+	}
+}
