@@ -40,6 +40,9 @@ type spriteServer struct {
 }
 
 func newSpriteServer(t *testing.T, opts export.Options) *spriteServer {
+	if opts.RightsFile == "" {
+		opts.RightsFile = filepath.Join(t.TempDir(), "rights") // what a restart's reclaims are checked against
+	}
 	x := &spriteServer{dir: t.TempDir(), opts: opts, down: map[string]bool{}, conns: map[string][]net.Conn{}}
 	x.restart(t, 0)
 	return x
