@@ -30,8 +30,24 @@ const MinKeyLen = 16
 // ErrAuth is wrapped by every failure to authenticate.
 var ErrAuth = errors.New("authentication failed")
 
-// HandshakeTimeout bounds how long a connection may take to authenticate.
+// HandshakeTimeout bounds how long a client waits to authenticate.
 const HandshakeTimeout = 10 * time.Second
+
+// ListenOptions bound the connections a keyed listener has accepted but
+// not yet authenticated.
+type ListenOptions struct {
+	// HandshakeTimeout bounds a connection's TLS handshake (0:
+	// DefaultAcceptTimeout).
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the handshakes under way (0: 128); past it the
+	// oldest of the peer with the most is closed (Pending).
+	MaxHandshakes int
+}
+
+// DefaultAcceptTimeout is how long a server gives a new connection to
+// authenticate, and then to send its first 9P message: a few seconds,
+// plenty for a client that means to, short for one that holds a slot.
+const DefaultAcceptTimeout = 5 * time.Second
 
 // LoadKey reads a key file: at least MinKeyLen bytes (a final newline is
 // not part of it), readable by its owner only, like an ssh key.
@@ -99,12 +115,21 @@ func (k Key) tlsConfig() (*tls.Config, error) {
 	}, nil
 }
 
-// Listen listens on a. With a key, Accept gives only connections that
-// have authenticated (TLS), each within HandshakeTimeout: one that cannot
-// never takes a server's connection slot; it is logged and closed. A unix
-// socket left by a dead server is replaced; one a live server answers on
-// is not.
-func Listen(a Addr, key Key) (net.Listener, error) {
+// Listen listens on a, with the default ListenOptions.
+func Listen(a Addr, key Key) (net.Listener, error) { return ListenWith(a, key, ListenOptions{}) }
+
+// ListenWith listens on a. With a key, Accept gives only connections that
+// have authenticated (TLS), each within o.HandshakeTimeout: one that
+// cannot never takes a server's connection slot; it is logged and closed.
+// A unix socket left by a dead server is replaced; one a live server
+// answers on is not.
+func ListenWith(a Addr, key Key, o ListenOptions) (net.Listener, error) {
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultAcceptTimeout
+	}
+	if o.MaxHandshakes <= 0 {
+		o.MaxHandshakes = maxHandshakes
+	}
 	if a.Network == "unix" {
 		if err := os.MkdirAll(filepath.Dir(a.Address), 0o755); err != nil {
 			return nil, fmt.Errorf("listen on %s: %v", a, err)
@@ -129,13 +154,13 @@ func Listen(a Addr, key Key) (net.Listener, error) {
 		return nil, err
 	}
 	tl := &tlsListener{Listener: l, cfg: cfg, ready: make(chan net.Conn), done: make(chan struct{}),
-		shaking: make(chan struct{}, maxHandshakes)}
+		timeout: o.HandshakeTimeout, shaking: NewPending(o.MaxHandshakes)}
 	go tl.run()
 	return tl, nil
 }
 
-// maxHandshakes bounds the connections authenticating at once; more are
-// closed at once.
+// maxHandshakes is the default bound of the connections authenticating at
+// once.
 const maxHandshakes = 128
 
 type tlsListener struct {
@@ -143,7 +168,8 @@ type tlsListener struct {
 	cfg     *tls.Config
 	ready   chan net.Conn // authenticated connections
 	done    chan struct{} // closed by Close
-	shaking chan struct{} // a slot per handshake under way
+	timeout time.Duration
+	shaking *Pending // the handshakes under way
 	once    sync.Once
 	mu      sync.Mutex
 	err     error // why the accept loop ended
@@ -159,21 +185,18 @@ func (l *tlsListener) run() {
 			l.Close()
 			return
 		}
-		select {
-		case l.shaking <- struct{}{}:
-		default:
-			slog.Warn("9p: too many connections authenticating; closing one", "remote", c.RemoteAddr().String())
+		done := l.shaking.Add(Peer(c), func() {
+			slog.Warn("9p: too many connections authenticating; closing the oldest", "remote", c.RemoteAddr().String())
 			c.Close()
-			continue
-		}
-		go l.handshake(c)
+		})
+		go l.handshake(c, done)
 	}
 }
 
-func (l *tlsListener) handshake(c net.Conn) {
-	defer func() { <-l.shaking }()
+func (l *tlsListener) handshake(c net.Conn, done func()) {
+	defer done()
 	tc := tls.Server(c, l.cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		slog.Warn("9p: a client failed to authenticate", "remote", c.RemoteAddr().String(), "err", err)

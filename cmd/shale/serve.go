@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/shalefs/shale/export"
@@ -28,7 +29,14 @@ type serveFlags struct {
 	noRootSquash bool
 	maxConns     int
 	maxFids      int
-	upstream     string
+	// Bounds no client can break (export.Options, p9net.ListenOptions).
+	perPeer          int
+	idle             time.Duration
+	handshakeTimeout time.Duration
+	maxJournals      int
+	journalBytes     string
+	journalMemory    string
+	upstream         string
 	// The cache controller's bounds (export.Options).
 	journalRecords  int
 	journalAge      time.Duration
@@ -117,7 +125,13 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.StringVar(&f.listen, "listen", DefaultListen, "where to listen: unix:PATH or tcp:HOST:PORT")
 	fl.StringVar(&f.keyFile, "keyfile", "", "require clients to hold the key in this file (at least 16 bytes, mode 600)")
 	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
-	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once")
+	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once; past it a new one takes the place of the one idle longest (--idle)")
+	fl.IntVar(&f.perPeer, "max-conns-per-peer", 0, "most clients connected at once from one address (over TCP, loopback excepted) or one uid (over a unix socket); 0 for half of --max-conns")
+	fl.DurationVar(&f.idle, "idle", 2*time.Second, "how long a client may go without a request (a caching client's waiting journal read aside) before it may be disconnected to admit another when --max-conns are connected; it reconnects when it needs to")
+	fl.DurationVar(&f.handshakeTimeout, "handshake-timeout", p9net.DefaultAcceptTimeout, "how long a new connection has to authenticate (--keyfile), and then to send its first 9P message")
+	fl.IntVar(&f.maxJournals, "max-journals", 4096, "most journals of caching clients kept; past it those without a connection longest are deleted")
+	fl.StringVar(&f.journalBytes, "journal-bytes", "16MiB", "most memory one client's journal holds (its records and the files it follows); past it the client is told to drop everything")
+	fl.StringVar(&f.journalMemory, "journal-memory", "128MiB", "most memory all journals hold; past it the largest are told to drop everything, those of clients not connected first (past an eighth of it)")
 	fl.IntVar(&f.maxFids, "max-fids", 16384, "most fids (open or walked files) one client holds")
 	fl.StringVar(&f.upstream, "upstream", "", "serve the tree of this 9P2000.L server instead of LOWER: tcp:HOST:PORT[/ANAME], unix:PATH[?aname=ANAME] or a 9p:// URL")
 	fl.IntVar(&f.journalRecords, "journal-records", 65536, "most records queued in one client's journal; past it the client is told to drop everything")
@@ -226,6 +240,10 @@ func runServe(f *serveFlags, args []string) error {
 	if f.journalRecords < 1 || f.journalInterest < 1 || f.journalAge <= 0 {
 		return fmt.Errorf("--journal-records %d, --journal-interest %d, --journal-age %v: say positive bounds", f.journalRecords, f.journalInterest, f.journalAge)
 	}
+	bounds, err := serveBounds(f)
+	if err != nil {
+		return err
+	}
 	switch {
 	case f.recallTimeout <= 0:
 		return fmt.Errorf("--recall-timeout %v: say a positive duration such as 10s", f.recallTimeout)
@@ -302,10 +320,17 @@ func runServe(f *serveFlags, args []string) error {
 		names = append(names, fmt.Sprintf("%q (layer %d)", e.Name, e.Layer))
 	}
 	srv := export.New(st, roots, export.Options{
-		NoRootSquash: f.noRootSquash,
-		MaxConns:     f.maxConns,
-		MaxFids:      f.maxFids,
-		Logger:       logger,
+		NoRootSquash:    f.noRootSquash,
+		MaxConns:        f.maxConns,
+		MaxConnsPerPeer: f.perPeer,
+		Idle:            f.idle,
+		FirstTimeout:    f.handshakeTimeout,
+		MaxFids:         f.maxFids,
+		Logger:          logger,
+
+		MaxJournals:   f.maxJournals,
+		JournalBytes:  bounds.journalBytes,
+		JournalMemory: bounds.journalMemory,
 
 		JournalRecords:  f.journalRecords,
 		JournalAge:      f.journalAge,
@@ -321,7 +346,7 @@ func runServe(f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := p9net.Listen(addr, key)
+	l, err := p9net.ListenWith(addr, key, p9net.ListenOptions{HandshakeTimeout: f.handshakeTimeout})
 	if err != nil {
 		unmountAll(mounts, logger)
 		return err
@@ -358,4 +383,33 @@ func runServe(f *serveFlags, args []string) error {
 		os.Remove(addr.Address)
 	}
 	return err
+}
+
+// serveLimits are the sizes of serve's bounds, parsed.
+type serveLimits struct{ journalBytes, journalMemory int64 }
+
+// serveBounds checks the bounds no client can break.
+func serveBounds(f *serveFlags) (serveLimits, error) {
+	var b serveLimits
+	switch {
+	case f.perPeer < 0:
+		return b, fmt.Errorf("--max-conns-per-peer %d: say at least 1, or 0 for half of --max-conns", f.perPeer)
+	case f.idle <= 0:
+		return b, fmt.Errorf("--idle %v: say a positive duration such as 2s", f.idle)
+	case f.handshakeTimeout <= 0:
+		return b, fmt.Errorf("--handshake-timeout %v: say a positive duration such as 5s", f.handshakeTimeout)
+	case f.maxJournals < f.maxConns:
+		return b, fmt.Errorf("--max-journals %d: say at least --max-conns (%d): every client may have one", f.maxJournals, f.maxConns)
+	}
+	for _, x := range []struct {
+		flag, val string
+		to        *int64
+	}{{"--journal-bytes", f.journalBytes, &b.journalBytes}, {"--journal-memory", f.journalMemory, &b.journalMemory}} {
+		n, err := humanize.ParseBytes(x.val)
+		if err != nil || n < 64<<10 || n > 1<<50 {
+			return b, fmt.Errorf("%s %s: say a size such as 16MiB (at least 64KiB)", x.flag, x.val)
+		}
+		*x.to = int64(n)
+	}
+	return b, nil
 }
