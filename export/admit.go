@@ -25,7 +25,8 @@ import (
 // all the time. A reaped client that wants to go on redials, as after
 // any lost connection: its journal and its claim to delayed writes
 // outlive the connection (journal.go, sprite.go). With no idle session to
-// reap, the newcomer waits for one up to Idle, then is refused (EUSERS).
+// reap, the newcomer waits for one, in turn (first come, first served),
+// up to FirstTimeout (or Idle if longer), then is refused (EUSERS).
 
 // Defaults of the admission bounds (Options).
 const (
@@ -64,7 +65,8 @@ func readDeadline(rw io.ReadWriteCloser, t time.Time) {
 // now holds a session. It lifts the first message's deadline.
 func (c *conn) admit() bool {
 	s := c.s
-	deadline := time.Now().Add(s.opts.Idle)
+	deadline := time.Now().Add(max(s.opts.Idle, s.opts.FirstTimeout))
+	defer s.unwait(c)
 	for {
 		victim, ok := s.trySession(c)
 		if ok {
@@ -98,42 +100,77 @@ func (c *conn) admit() bool {
 	return true
 }
 
-// trySession gives c a session if one is free; else it names the session
-// to reap for it, if any.
+// trySession gives c a session if one is free for it (those waiting
+// longer come first); else it names the session to reap for it, if any.
 func (s *Server) trySession(c *conn) (victim *conn, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.waiting[c]; !ok {
+		s.tickets++
+		s.waiting[c] = s.tickets
+	}
+	ahead := 0
+	for _, t := range s.waiting {
+		if t < s.waiting[c] {
+			ahead++
+		}
+	}
 	perPeer := c.peer != "" && s.peers[c.peer] >= s.opts.MaxConnsPerPeer
-	if !perPeer && s.sessions < s.opts.MaxConns {
+	if !perPeer && s.sessions+ahead < s.opts.MaxConns {
 		s.sessions++
 		if c.peer != "" {
 			s.peers[c.peer]++
 		}
 		c.admitted = true
+		c.last.Store(time.Now().UnixNano()) // not idle since a wait before
 		return nil, true
 	}
-	// The peer's own idle sessions make room for it first.
+	// The peer's own idle sessions make room for it.
 	if perPeer {
 		return s.idlestLocked(c.peer), false
 	}
-	return s.idlestLocked(""), false
+	// Idle sessions make room for those waiting, in turn: c reaps one if
+	// there are enough for those ahead of it.
+	if s.idleCountLocked() > ahead+s.sessions-s.opts.MaxConns {
+		return s.idlestLocked(""), false
+	}
+	return nil, false
+}
+
+// unwait ends c's wait for a session.
+func (s *Server) unwait(c *conn) {
+	s.mu.Lock()
+	delete(s.waiting, c)
+	s.mu.Unlock()
+}
+
+// isIdle tells whether c, a session, may be reaped now.
+func (s *Server) isIdle(c *conn, now int64) bool {
+	return now-c.last.Load() >= s.opts.Idle.Nanoseconds() && c.inflight.Load() == c.parked.Load()
+}
+
+// idleCountLocked is how many sessions are idle.
+func (s *Server) idleCountLocked() int {
+	now, n := time.Now().UnixNano(), 0
+	for c := range s.conns {
+		if c.admitted && s.isIdle(c, now) {
+			n++
+		}
+	}
+	return n
 }
 
 // idlestLocked is the session to reap first (of peer, unless ""), or nil
 // if none is idle.
 func (s *Server) idlestLocked(peer string) *conn {
 	now := time.Now().UnixNano()
-	idle := s.opts.Idle.Nanoseconds()
 	var best *conn
 	bestRank, bestLast := 0, int64(0)
 	for c := range s.conns {
-		if !c.admitted || peer != "" && c.peer != peer {
+		if !c.admitted || peer != "" && c.peer != peer || !s.isIdle(c, now) {
 			continue
 		}
 		last := c.last.Load()
-		if now-last < idle || c.inflight.Load() != c.parked.Load() {
-			continue
-		}
 		c.mu.Lock()
 		rank := 0
 		switch {

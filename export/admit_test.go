@@ -39,11 +39,11 @@ func ended(r *raw, d time.Duration) bool {
 }
 
 // MaxConns: past it a newcomer takes the place of the session idle
-// longest; with none idle it waits for one up to Idle, then is refused
-// (EUSERS). A journal read waiting for records is not being busy.
+// longest; with none idle it waits for one up to FirstTimeout (or Idle),
+// then is refused (EUSERS). A journal read waiting for records is not being busy.
 func TestMaxConns(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	f := newFixture(t, Options{MaxConns: 1, Idle: idle})
+	f := newFixture(t, Options{MaxConns: 1, Idle: idle, FirstTimeout: idle})
 	busy := f.rawDial(t)
 	busy.handshake(t, 64<<10, 0)
 	// A request in flight (a lower layer that hangs until cancelled):
@@ -117,7 +117,7 @@ func (f *fixture) rawFrom(t *testing.T, ip string) *raw {
 // MaxConnsPerPeer: a peer past its share is refused while others are
 // served; its own idle sessions make room for it first.
 func TestMaxConnsPerPeer(t *testing.T) {
-	f := newFixture(t, Options{MaxConns: 4, MaxConnsPerPeer: 2, Idle: 200 * time.Millisecond})
+	f := newFixture(t, Options{MaxConns: 4, MaxConnsPerPeer: 2, Idle: 200 * time.Millisecond, FirstTimeout: 200 * time.Millisecond})
 	var mine []*raw
 	for range 2 {
 		r := f.rawFrom(t, "10.0.0.1")
@@ -166,8 +166,27 @@ func TestFirstMessageDeadline(t *testing.T) {
 // every slot (until they went) and the client was refused.
 func TestSilentConnections(t *testing.T) {
 	f := newFixture(t, Options{})
+	var rs []*raw
 	for range 1000 {
-		f.rawDial(t)
+		rs = append(rs, f.rawDial(t))
+	}
+	// All served (slowly, under the race detector): pending, or closed
+	// to make room.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ended := 0
+		for _, r := range rs {
+			select {
+			case <-r.done:
+				ended++
+			default:
+			}
+		}
+		if ended+f.s.pending.Len() == len(rs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ended, %d pending of %d", ended, f.s.pending.Len(), len(rs))
+		}
 	}
 	start := time.Now()
 	s, err := f.tryDial("")

@@ -121,8 +121,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
-	sessions int            // admitted connections (admit.go)
-	peers    map[string]int // sessions by peer
+	sessions int              // admitted connections (admit.go)
+	peers    map[string]int   // sessions by peer
+	waiting  map[*conn]uint64 // connections waiting for a session, by ticket
+	tickets  uint64
 	// drain is closed when Serve's context ends: connections read no
 	// more requests, journal reads end, and the requests in flight finish
 	// (within drainTime) before the connections close, so that no client
@@ -201,6 +203,7 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 		prefixes: map[string][]string{},
 		pending:  p9net.NewPending(max(2*opts.MaxConns, minPending)),
 		peers:    map[string]int{},
+		waiting:  map[*conn]uint64{},
 		users:    map[uint32]groups{},
 		conns:    map[*conn]struct{}{},
 		drain:    make(chan struct{}),

@@ -147,6 +147,7 @@ func (ctl *controller) deleteLocked(j *jrnl) {
 	j.bytes = 0
 	j.mu.Unlock()
 	delete(ctl.journals, j.name)
+	ctl.list = nil
 }
 
 // reset replaces j's queue by one Reset, unless it is that already.

@@ -38,6 +38,8 @@ type controller struct {
 
 	mu       sync.Mutex
 	journals map[string]*jrnl
+	list     []*jrnl          // journals' values, made again (never changed) when nil
+	swept    time.Time        // the last sweep by an event (jholder)
 	views    map[uint32]*conn // connections' coherence views: whose change an event is
 }
 
@@ -106,6 +108,7 @@ func (ctl *controller) create(name string) (*jrnl, syscall.Errno) {
 	}
 	j := &jrnl{ctl: ctl, name: name, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{}), applied: make(chan struct{})}
 	ctl.journals[name] = j
+	ctl.list = nil
 	return j, 0
 }
 
@@ -375,16 +378,24 @@ type jholder struct {
 func (h jholder) Invalidate(ev layer.Event) {
 	ctl := h.s.ctl
 	ctl.mu.Lock()
-	ctl.sweepLocked(time.Now())
+	// Sweeping costs every journal's lock: once a second is enough for
+	// an age of an hour (find and create sweep at once).
+	if now := time.Now(); now.Sub(ctl.swept) >= time.Second {
+		ctl.swept = now
+		ctl.sweepLocked(now)
+	}
 	var own *jrnl
 	if c := ctl.views[ev.View]; c != nil && ev.View != 0 {
 		// The client made this change: it knows from the reply.
 		own = c.journal.Load()
 	}
-	js := make([]*jrnl, 0, len(ctl.journals))
-	for _, j := range ctl.journals {
-		js = append(js, j)
+	if ctl.list == nil {
+		ctl.list = make([]*jrnl, 0, len(ctl.journals))
+		for _, j := range ctl.journals {
+			ctl.list = append(ctl.list, j)
+		}
 	}
+	js := ctl.list
 	ctl.mu.Unlock()
 	if ev.Kind == layer.Everything {
 		for _, j := range js {

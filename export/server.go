@@ -69,7 +69,6 @@ func (c *conn) loop() {
 		}
 		c.s.requests.Add(1)
 		c.s.counts.byType[h.Type].Add(1)
-		c.last.Store(time.Now().UnixNano())
 		if !admitted {
 			if !c.admit() {
 				c.refuse(h.Tag)
@@ -77,6 +76,7 @@ func (c *conn) loop() {
 			}
 			admitted = true
 		}
+		c.last.Store(time.Now().UnixNano())
 		d := &p9wire.Dec{B: body}
 		switch h.Type {
 		case p9wire.Tversion:

@@ -6,9 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // A full Pending set closes the oldest of the peer with the most.
@@ -35,17 +36,10 @@ func TestPendingEvicts(t *testing.T) {
 	}
 }
 
-// raiseNoFile lets the test hold n more descriptors.
+// raiseNoFile lets the test process hold n descriptors.
 func raiseNoFile(t *testing.T, n uint64) {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		t.Fatal(err)
-	}
-	if l.Cur < n {
-		l.Cur = min(n, l.Max)
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur < n {
-			t.Skipf("cannot hold %d descriptors (limit %d): %v", n, l.Cur, err)
-		}
+	if got, err := shaletest.RaiseNoFile(n); err != nil || got < n {
+		t.Skipf("cannot hold %d descriptors (limit %d): %v", n, got, err)
 	}
 }
 

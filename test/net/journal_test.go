@@ -31,6 +31,13 @@ func dial9p(t *testing.T, sock string) *p9 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return attach9p(t, c)
+}
+
+// attach9p negotiates the version on c and attaches fid 0 to the
+// default tree; c is closed when the test ends.
+func attach9p(t *testing.T, c net.Conn) *p9 {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	p := &p9{t, c}
 	p.rpc("version", p9wire.Tversion, uint32(64<<10), p9wire.Version)
@@ -38,12 +45,11 @@ func dial9p(t *testing.T, sock string) *p9 {
 	return p
 }
 
-// rpc sends a request of typ with fields (uint8/16/32/64, string, []byte)
-// and returns the reply's body; an Rlerror fails the test.
-func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
-	p.t.Helper()
+// frame9p is a request of typ with tag and fields (uint8/16/32/64,
+// string, []byte).
+func frame9p(typ uint8, tag uint16, fields ...any) []byte {
 	var b bytes.Buffer
-	b.Write([]byte{0, 0, 0, 0, typ, 1, 0})
+	b.Write([]byte{0, 0, 0, 0, typ, byte(tag), byte(tag >> 8)})
 	for _, f := range fields {
 		switch v := f.(type) {
 		case string:
@@ -57,20 +63,34 @@ func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 	}
 	m := b.Bytes()
 	binary.LittleEndian.PutUint32(m, uint32(len(m)))
-	// Generous: a journal read waits for another request's change.
-	p.c.SetDeadline(time.Now().Add(60 * time.Second))
-	if _, err := p.c.Write(m); err != nil {
-		p.t.Fatalf("%s: %v", what, err)
-	}
+	return m
+}
+
+// recv reads a reply: its type and body.
+func (p *p9) recv() (uint8, []byte, error) {
 	var hdr [7]byte
 	if _, err := io.ReadFull(p.c, hdr[:]); err != nil {
-		p.t.Fatalf("%s: %v", what, err)
+		return 0, nil, err
 	}
 	body := make([]byte, binary.LittleEndian.Uint32(hdr[:])-7)
-	if _, err := io.ReadFull(p.c, body); err != nil {
+	_, err := io.ReadFull(p.c, body)
+	return hdr[4], body, err
+}
+
+// rpc sends a request of typ with fields (uint8/16/32/64, string, []byte)
+// and returns the reply's body; an Rlerror fails the test.
+func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
+	p.t.Helper()
+	// Generous: a journal read waits for another request's change.
+	p.c.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := p.c.Write(frame9p(typ, 1, fields...)); err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
-	if hdr[4] == p9wire.Rlerror {
+	rtyp, body, err := p.recv()
+	if err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+	if rtyp == p9wire.Rlerror {
 		p.t.Fatalf("%s: %v", what, syscall.Errno(binary.LittleEndian.Uint32(body)))
 	}
 	return body
