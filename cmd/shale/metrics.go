@@ -130,6 +130,8 @@ var (
 	serverGauges = map[string]bool{
 		"connections": true, "journals": true, "journals.connected": true,
 		"interest": true, "records.queued": true, "sprite.files": true,
+		"connections.sessions": true, "connections.pending": true,
+		"journals.bytes": true, "journals.bytes.abandoned": true,
 	}
 	serverSkipped = map[string]bool{
 		"epoch":    true, // an identity, not a quantity
@@ -142,6 +144,13 @@ var serverHelp = map[string]string{
 	"bytes.in":                  "Bytes of whole 9P messages read.",
 	"bytes.out":                 "Bytes of whole 9P messages written.",
 	"connections":               "Connections now.",
+	"connections.sessions":      "Connections admitted to a session now.",
+	"connections.pending":       "Connections before their first 9P message now.",
+	"connections.reaped":        "Idle sessions closed to admit another.",
+	"connections.refused":       "Connections refused a session (all busy).",
+	"journals.bytes":            "Estimated memory of all journals.",
+	"journals.bytes.abandoned":  "Estimated memory of the journals without a connection.",
+	"sprite.evictions":          "Clients that lost their caching of a file by failing a recall.",
 	"journals":                  "Journals of caching clients.",
 	"journals.connected":        "Journals with a connection now.",
 	"interest":                  "QIDs followed, all journals.",

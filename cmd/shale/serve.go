@@ -112,6 +112,13 @@ start, the last server of the same address and LOWER did not end cleanly
 (a crash, kill -9): for --grace, opens wait for clients to reclaim the
 delayed writes they hold.
 
+No client can hold the server: a connection has --handshake-timeout to
+authenticate and send its first 9P message; past --max-conns a newcomer takes
+the place of the session idle longest (--idle; a quiet mount reconnects when
+it needs to); journals are bounded (--max-journals, --journal-bytes,
+--journal-memory: overflow tells a client to drop its cache); and a client
+that fails a recall loses its caching of that file (docs/network.md).
+
 --metrics HOST:PORT serves the server's counters (the "stats" file, as
 shale_server_* metrics; with a 9p:// lower, its client's as shale_client_*)
 to Prometheus on http://HOST:PORT/metrics.`,
