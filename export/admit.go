@@ -36,9 +36,9 @@ const (
 
 // connState is what admission knows of a connection.
 type connState struct {
-	peer     string
-	admitted bool // holds a session (Server.mu)
-	reaped   bool // closed to admit another (Server.mu)
+	peerKey  string // its peer for per-peer bounds (p9net.PeerKey)
+	admitted bool   // holds a session (Server.mu)
+	reaped   bool   // closed to admit another (Server.mu)
 
 	last     atomic.Int64 // unix nanoseconds of the last request read
 	inflight atomic.Int32 // requests being served
@@ -46,10 +46,10 @@ type connState struct {
 	handles  atomic.Int32 // open file handles
 }
 
-// peerOf is the peer of rw for per-peer bounds ("" for none).
-func peerOf(rw io.ReadWriteCloser) string {
+// peerKeyOf is the peer of rw for per-peer bounds ("" for none).
+func peerKeyOf(rw io.ReadWriteCloser) string {
 	if c, ok := rw.(net.Conn); ok {
-		return p9net.Peer(c)
+		return p9net.PeerKey(c)
 	}
 	return ""
 }
@@ -78,7 +78,7 @@ func (c *conn) admit() bool {
 		}
 		if !time.Now().Before(deadline) {
 			s.refused.Add(1)
-			s.log.Warn("9p: every session is busy; refusing a client", "max", s.opts.MaxConns, "per-peer", s.opts.MaxConnsPerPeer, "peer", c.peer)
+			s.log.Warn("9p: every session is busy; refusing a client", "max", s.opts.MaxConns, "per-peer", s.opts.MaxConnsPerPeer, "peer", c.peer.String())
 			return false
 		}
 		t := time.NewTimer(recheck)
@@ -115,11 +115,11 @@ func (s *Server) trySession(c *conn) (victim *conn, ok bool) {
 			ahead++
 		}
 	}
-	perPeer := c.peer != "" && s.peers[c.peer] >= s.opts.MaxConnsPerPeer
+	perPeer := c.peerKey != "" && s.peers[c.peerKey] >= s.opts.MaxConnsPerPeer
 	if !perPeer && s.sessions+ahead < s.opts.MaxConns {
 		s.sessions++
-		if c.peer != "" {
-			s.peers[c.peer]++
+		if c.peerKey != "" {
+			s.peers[c.peerKey]++
 		}
 		c.admitted = true
 		c.last.Store(time.Now().UnixNano()) // not idle since a wait before
@@ -127,7 +127,7 @@ func (s *Server) trySession(c *conn) (victim *conn, ok bool) {
 	}
 	// The peer's own idle sessions make room for it.
 	if perPeer {
-		return s.idlestLocked(c.peer), false
+		return s.idlestLocked(c.peerKey), false
 	}
 	// Idle sessions make room for those waiting, in turn: c reaps one if
 	// there are enough for those ahead of it.
@@ -167,7 +167,7 @@ func (s *Server) idlestLocked(peer string) *conn {
 	var best *conn
 	bestRank, bestLast := 0, int64(0)
 	for c := range s.conns {
-		if !c.admitted || peer != "" && c.peer != peer || !s.isIdle(c, now) {
+		if !c.admitted || peer != "" && c.peerKey != peer || !s.isIdle(c, now) {
 			continue
 		}
 		last := c.last.Load()
@@ -199,7 +199,7 @@ func (s *Server) reapOne(v *conn) {
 	v.reaped = true
 	s.mu.Unlock()
 	s.reaped.Add(1)
-	s.log.Info("9p: closing an idle connection to admit another", "idle", time.Since(time.Unix(0, v.last.Load())).Round(time.Millisecond), "peer", v.peer, "conn", v.id)
+	s.log.Info("9p: closing an idle connection to admit another", "idle", time.Since(time.Unix(0, v.last.Load())).Round(time.Millisecond), "peer", v.peer.String(), "conn", v.id)
 	v.stop()
 	go v.rw.Close() // a TLS close may write: not under anyone's wait
 }
@@ -211,9 +211,9 @@ func (s *Server) releaseSessionLocked(c *conn) {
 	}
 	c.admitted = false
 	s.sessions--
-	if c.peer != "" {
-		if s.peers[c.peer]--; s.peers[c.peer] <= 0 {
-			delete(s.peers, c.peer)
+	if c.peerKey != "" {
+		if s.peers[c.peerKey]--; s.peers[c.peerKey] <= 0 {
+			delete(s.peers, c.peerKey)
 		}
 	}
 }

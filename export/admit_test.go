@@ -223,7 +223,8 @@ func spriteFixture(t *testing.T, recall time.Duration) (*fixture, *jclient) {
 
 // A client that does not answer a recall in time loses its caching of
 // the file: it stalls another's open once, not at each of its opens for
-// writing again, and what it writes back of what it held is refused.
+// writing again, and what it writes back of what it held is refused,
+// through a write-back open or a reclaim.
 func TestRecallIgnored(t *testing.T) {
 	const recall = 2 * time.Second
 	f, a := spriteFixture(t, recall)
@@ -264,6 +265,14 @@ func TestRecallIgnored(t *testing.T) {
 		t.Error("A's write-back open was accepted")
 	} else if e, _ := lerror(typ, body); e != uint32(syscall.ESTALE) {
 		t.Errorf("A's write-back open: errno %d, want ESTALE", e)
+	}
+	// And through a reclaim, though A was the file's last writer (an
+	// unheld one would be EPERM).
+	q := a.walkTo(t, 10, "f")
+	dirty := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: q})
+	typ, body := a.rpc(t, frame(tWrite, 1, uint32(jfid), uint64(0), uint32(len(dirty)), dirty))
+	if e, err := lerror(typ, body); err != nil || e != uint32(syscall.ESTALE) {
+		t.Errorf("A's reclaim after a failed recall: errno %d (%v), want ESTALE", e, err)
 	}
 	if n := f.s.sp.evictions.Load(); n != 1 {
 		t.Errorf("evictions %d, want 1", n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
 )
 
 // conn is one client connection: its fids, the requests in flight by tag,
@@ -17,6 +18,8 @@ type conn struct {
 	s      *Server
 	id     uint64
 	rw     io.ReadWriteCloser
+	peer   p9net.Peer         // who is at the other end: the uids it may attach as
+	warned atomic.Bool        // a refused attach was logged
 	ctx    context.Context    // ends with the connection: requests' parent
 	stop   context.CancelFunc // ends ctx
 	base   context.Context    // ctx without its end: for releases after it
@@ -230,4 +233,13 @@ func (c *conn) stopReading() {
 		return
 	}
 	c.rw.Close()
+}
+
+// peerOf is who is at the other end of rw: what its listener says, or, of
+// a stream no p9net listener gave, anyone (its owner vouches for it).
+func peerOf(rw io.ReadWriteCloser) p9net.Peer {
+	if p, ok := p9net.PeerOf(rw); ok {
+		return p
+	}
+	return p9net.Peer{Any: true, Known: true, Principal: "vouched", How: "a connection the server's owner vouches for"}
 }

@@ -46,9 +46,9 @@ type Options struct {
 	// that sent their first message. Past it an idle one is closed to
 	// make room (admit.go).
 	MaxConns int
-	// MaxConnsPerPeer bounds the sessions of one peer (p9net.Peer: a uid
-	// over a unix socket, an address over TCP but loopback), 0:
-	// MaxConns/2, at least 1.
+	// MaxConnsPerPeer bounds the sessions of one peer (p9net.PeerKey: a
+	// local user's uid, over a unix socket or keyless loopback TCP; an
+	// address over TCP but loopback), 0: MaxConns/2, at least 1.
 	MaxConnsPerPeer int
 	// Idle is how long a session has had no request (but journal reads)
 	// before it may be closed to admit another (0: 2 s).
@@ -94,6 +94,11 @@ type Options struct {
 	// Grace, after a restart that followed a crash, is how long opens
 	// wait for clients to reclaim the dirty data they held (0: none).
 	Grace time.Duration
+	// RightsFile keeps, on stable storage, which clients may hold
+	// delayed writes of which files (rights.go): after a restart only
+	// they may reclaim them. "": kept in memory, and no reclaim after a
+	// restart is taken.
+	RightsFile string
 }
 
 // Server serves a set of roots over 9P.
@@ -115,6 +120,7 @@ type Server struct {
 	counts   counters
 	ctl      *controller
 	sp       *sprite
+	rights   *rights
 
 	usersMu sync.Mutex
 	users   map[uint32]groups
@@ -213,6 +219,7 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 		s.log = slog.Default()
 	}
 	s.sp = newSprite(s, &opts)
+	s.rights = openRights(opts.RightsFile, s.log)
 	for name, n := range roots {
 		name = strings.Trim(name, "/")
 		r := &root{name: name, n: n}
@@ -251,9 +258,15 @@ func (s *Server) Requests() uint64 { return s.requests.Load() }
 // Serve accepts connections on l until ctx ends (it then returns nil) or
 // l fails. On return every connection is closed and every fid, open
 // handle and lock they held is released.
+//
+// Who a connection's peer is, and so which uids it may attach as, is
+// what p9net.PeerOf says of it (p9net.Listen's listeners tell); a
+// connection of another listener is vouched for by its owner: it may
+// attach as anyone.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer s.rights.close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() {
@@ -308,12 +321,12 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	// Not ended with Serve's ctx: a drain ends the connection (drainAll).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
+	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
 		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
 		views: map[*root]uint32{}}
-	c.peer = peerOf(rw)
+	c.peerKey = peerKeyOf(rw)
 	readDeadline(rw, time.Now().Add(s.opts.FirstTimeout))
-	c.unpend = s.pending.Add(c.peer, func() {
+	c.unpend = s.pending.Add(c.peerKey, func() {
 		cancel()
 		rw.Close()
 	})

@@ -132,6 +132,11 @@ func (f *fileFid) spriteOpen(ctx context.Context, write, create bool) (uint32, s
 	if e == 0 {
 		f.so = so
 	}
+	if write {
+		// Its right to reclaim after a restart is on disk before the
+		// client may delay a write.
+		f.c.s.rights.Recorded()
+	}
 	return v, e
 }
 

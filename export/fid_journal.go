@@ -188,7 +188,7 @@ func (jf *journalFid) lcreate(ctx context.Context, m *p9wire.Lcreate) (p9wire.Me
 	if cur := jf.c.journal.Load(); cur != nil && cur.name != m.Name {
 		return nil, syscall.EBUSY // one journal per connection
 	}
-	j, e := ctl.create(m.Name)
+	j, e := ctl.create(m.Name, jf.c.peer.Principal)
 	if e != 0 {
 		return nil, e
 	}

@@ -124,8 +124,9 @@ func on[M any, P interface {
 	}
 }
 
-// attach: n_uname, else uname in the user database, else nobody; the
-// attach name is a root's, maybe followed by a path below it.
+// attach: n_uname, else uname in the user database, else nobody, if the
+// connection's peer may attach as that uid (EPERM); the attach name is a
+// root's, maybe followed by a path below it.
 func (c *conn) attach(ctx context.Context, d *p9wire.Dec) (p9wire.Message, syscall.Errno) {
 	m := decode[p9wire.Attach](d)
 	if m == nil {
@@ -139,6 +140,13 @@ func (c *conn) attach(ctx context.Context, d *p9wire.Dec) (p9wire.Message, sysca
 				uid = uint32(n)
 			}
 		}
+	}
+	if !c.peer.May(uid) {
+		// 9P carries no message: the server's log says why, once.
+		if !c.warned.Swap(true) {
+			c.s.log.Warn("9p: attach refused: a client may attach only as a user its connection proves it is", "uid", uid, "peer", c.peer.String())
+		}
+		return nil, syscall.EPERM
 	}
 	if c.full() {
 		return nil, syscall.EMFILE

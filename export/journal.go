@@ -71,6 +71,9 @@ type interestKey struct {
 type jrnl struct {
 	ctl  *controller
 	name string
+	// owner is the principal of the peer that made it (p9net.Peer): only
+	// connections of the same may open it, and reclaim through it.
+	owner string
 
 	mu sync.Mutex
 	// recs are the records after base, oldest first; last is the newest
@@ -95,8 +98,8 @@ func (ctl *controller) find(name string) *jrnl {
 	return ctl.journals[name]
 }
 
-// create makes the journal of name: EEXIST if there is one.
-func (ctl *controller) create(name string) (*jrnl, syscall.Errno) {
+// create makes the journal of name for owner: EEXIST if there is one.
+func (ctl *controller) create(name, owner string) (*jrnl, syscall.Errno) {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	ctl.sweepLocked(time.Now())
@@ -106,7 +109,7 @@ func (ctl *controller) create(name string) (*jrnl, syscall.Errno) {
 	if e := ctl.roomLocked(); e != 0 {
 		return nil, e
 	}
-	j := &jrnl{ctl: ctl, name: name, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{}), applied: make(chan struct{})}
+	j := &jrnl{ctl: ctl, name: name, owner: owner, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{}), applied: make(chan struct{})}
 	ctl.journals[name] = j
 	ctl.list = nil
 	return j, 0
@@ -128,12 +131,17 @@ func (ctl *controller) sweepLocked(now time.Time) {
 }
 
 // attach associates a connection with j; EBUSY for one that has another
-// journal, ENOENT if j was deleted meanwhile.
+// journal, ENOENT if j was deleted meanwhile, EACCES if another peer made
+// it (a UUID is no secret worth a client's caching rights: it is in
+// logs).
 func (ctl *controller) attach(c *conn, j *jrnl) syscall.Errno {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	if ctl.journals[j.name] != j {
 		return syscall.ENOENT
+	}
+	if j.owner != c.peer.Principal {
+		return syscall.EACCES
 	}
 	if cur := c.journal.Load(); cur != nil {
 		if cur != j {

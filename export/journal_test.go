@@ -35,7 +35,7 @@ type jclient struct {
 // jdial connects, attaches both trees and opens the journal of uuid,
 // creating it if create is set (else walking to it). It fails t if the
 // open fails.
-func (f *fixture) jdial(t *testing.T, uuid string, create bool) *jclient {
+func (f *fixture) jdial(t testing.TB, uuid string, create bool) *jclient {
 	t.Helper()
 	c, e := f.tryJdial(t, uuid, create)
 	if e != 0 {
@@ -44,7 +44,7 @@ func (f *fixture) jdial(t *testing.T, uuid string, create bool) *jclient {
 	return c
 }
 
-func (f *fixture) tryJdial(t *testing.T, uuid string, create bool) (*jclient, uint32) {
+func (f *fixture) tryJdial(t testing.TB, uuid string, create bool) (*jclient, uint32) {
 	t.Helper()
 	c := &jclient{raw: f.rawDial(t), tag: 1}
 	c.handshake(t, 64<<10, 0)

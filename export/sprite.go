@@ -50,7 +50,7 @@ type sprite struct {
 
 	evictFor time.Duration // how long a client that failed a recall caches none of the file (evict.go)
 
-	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused, evictions atomic.Uint64
+	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused, forged, evictions atomic.Uint64
 }
 
 // fstate is one file's state.
@@ -254,6 +254,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					if me != nil {
 						st.lastWriter = me
 					}
+					sp.s.rights.supersede(k.path, st.lastWriter.name)
 				} else {
 					o.r++
 				}
@@ -263,6 +264,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					// now: caching comes back with an open that finds
 					// the file not shared, even one for reading.
 					st.dirty[me] = st.version
+					sp.s.rights.grant(me.name, me.owner, k.path)
 				}
 				st.isShared = shares
 				if !shares {
@@ -361,6 +363,7 @@ func (sp *sprite) deadline(h *jrnl, a ask) (d time.Time, gone bool) {
 func (sp *sprite) giveUpLocked(st *fstate, k interestKey, h *jrnl, gone bool) {
 	delete(st.asked, h)
 	delete(st.dirty, h)
+	sp.revokeLocked(h, k.path)
 	st.wakeLocked()
 	if gone {
 		return
@@ -382,6 +385,7 @@ func (sp *sprite) clean(h *jrnl, path, seq uint64) {
 	for _, st := range sp.filesOf(path) {
 		st.answeredLocked(h, seq)
 	}
+	sp.revokeLocked(h, path)
 }
 
 // cleanUnasked takes a Clean h sent of itself (no Recall asked for it):
@@ -398,6 +402,7 @@ func (sp *sprite) cleanUnasked(h *jrnl, path uint64, vers uint32) {
 			}
 		}
 	}
+	sp.revokeLocked(h, path)
 }
 
 // answeredLocked takes h's Clean with seq: it answers the ask sent at or
@@ -422,8 +427,9 @@ func (st *fstate) answeredLocked(h *jrnl, seq uint64) {
 func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	for _, st := range sp.files {
+	for k, st := range sp.files {
 		st.answeredLocked(h, seq)
+		sp.revokeLocked(h, k.path)
 	}
 }
 
@@ -432,7 +438,7 @@ func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
 func (sp *sprite) goodbye(h *jrnl) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	for _, st := range sp.files {
+	for k, st := range sp.files {
 		_, d := st.dirty[h]
 		_, a := st.asked[h]
 		if d || a {
@@ -440,36 +446,19 @@ func (sp *sprite) goodbye(h *jrnl) {
 			delete(st.asked, h)
 			st.wakeLocked()
 		}
+		if d {
+			sp.s.rights.revoke(h.name, k.path)
+		}
 	}
 }
 
 // noJournal stands for the clients without a journal as a lastWriter.
 var noJournal = &jrnl{name: "(no journal)"}
 
-// dirtyFrom takes a client's Dirty of path: a reclaim after a
-// reconnection. It is refused (ESTALE) if another client opened the file
-// for writing since the server started: writing back would undo that.
-func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	ks := sp.s.rootKeys(path)
-	for _, k := range ks {
-		if st := sp.stateLocked(k); st.lastWriter != nil && st.lastWriter != h || st.isEvictedLocked(h) {
-			sp.refused.Add(1)
-			return syscall.ESTALE
-		}
-	}
-	for _, k := range ks {
-		st := sp.stateLocked(k)
-		st.dirty[h], st.lastWriter = st.version, h
-		st.wakeLocked()
-	}
-	return 0
-}
-
 // writeBack checks an open that only writes back delayed data (the
 // journal.WriteBack flag): ESTALE if another client opened the file for
-// writing after c's client did, which the write-back would undo.
+// writing after c's client did, which the write-back would undo, or c's
+// client lost its caching of the file (evict.go).
 func (sp *sprite) writeBack(k interestKey, c *conn) syscall.Errno {
 	sp.writeBacks.Add(1)
 	me := c.journal.Load()

@@ -101,5 +101,6 @@ func (s *Server) stats() []byte {
 	line("sprite.writebacks", sp.writeBacks.Load())
 	line("sprite.writebacks.refused", sp.refused.Load())
 	line("sprite.evictions", sp.evictions.Load())
+	line("sprite.reclaims.unheld", sp.forged.Load())
 	return []byte(b.String())
 }

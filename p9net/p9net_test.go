@@ -139,7 +139,7 @@ func TestKey(t *testing.T) {
 // TestAcceptOnlyAuthenticated: a keyed listener's Accept gives only clients
 // that hold the key; silent ones and others never take a server's slot.
 func TestAcceptOnlyAuthenticated(t *testing.T) {
-	a, key, l := listenKeyed(t, ListenOptions{})
+	a, key, l := listenKeyed(t, ListenConfig{})
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {

@@ -3,10 +3,7 @@ package p9net
 import (
 	"crypto/tls"
 	"net"
-	"strconv"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Pending bounds the connections a server has accepted but not yet
@@ -102,31 +99,32 @@ func (p *Pending) Len() int {
 	return p.n
 }
 
-// Peer names who is at the other end of c, for per-peer bounds: over a
-// unix socket the peer's uid (from the kernel), over TCP its IP address;
-// "" for a loopback TCP peer, which every local user shares, so that one
-// local user's connections do not count against another's (they are told
-// apart once the server knows each connection's user).
-func Peer(c net.Conn) string {
+// PeerKey names who is at the other end of c, for per-peer bounds: a
+// user of this machine by uid (a unix socket's, from the kernel; a
+// loopback TCP one's, as a keyless Listen tells it, PeerOf), another
+// machine by IP address. "" is a peer not told apart from others, which
+// per-peer bounds exempt: a loopback TCP peer of a keyed listener (its
+// key says what it may do, not which local user it is), or one whose uid
+// is not known yet (its TLS handshake under way).
+func PeerKey(c net.Conn) string {
+	if p, ok := PeerOf(c); ok && p.Known && p.Principal == uidPrincipal(p.UID) {
+		return p.Principal
+	}
+	if ic, ok := c.(*identConn); ok {
+		c = ic.Conn
+	}
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
 	switch a := c.RemoteAddr().(type) {
 	case *net.TCPAddr:
-		if a.IP.IsLoopback() {
-			return ""
+		if !a.IP.IsLoopback() {
+			return a.IP.String()
 		}
-		return a.IP.String()
 	case *net.UnixAddr:
 		if uc, ok := c.(*net.UnixConn); ok {
-			if rc, err := uc.SyscallConn(); err == nil {
-				var cred *unix.Ucred
-				rc.Control(func(fd uintptr) {
-					cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-				})
-				if cred != nil {
-					return "uid:" + strconv.FormatUint(uint64(cred.Uid), 10)
-				}
+			if uid, err := unixPeerUID(uc); err == nil {
+				return uidPrincipal(uid)
 			}
 		}
 	}

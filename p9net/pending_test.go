@@ -49,7 +49,7 @@ func raiseNoFile(t *testing.T, n uint64) {
 // server holds another key").
 func TestHandshakeFlood(t *testing.T) {
 	raiseNoFile(t, 4096)
-	a, key, l := listenKeyed(t, ListenOptions{})
+	a, key, l := listenKeyed(t, ListenConfig{})
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -79,7 +79,7 @@ func TestHandshakeFlood(t *testing.T) {
 
 // A connection that does not authenticate within the timeout is closed.
 func TestHandshakeDeadline(t *testing.T) {
-	a, _, _ := listenKeyed(t, ListenOptions{HandshakeTimeout: 200 * time.Millisecond})
+	a, _, _ := listenKeyed(t, ListenConfig{HandshakeTimeout: 200 * time.Millisecond})
 	c, err := net.Dial("unix", a.Address)
 	if err != nil {
 		t.Fatal(err)
@@ -91,15 +91,15 @@ func TestHandshakeDeadline(t *testing.T) {
 	}
 }
 
-// listenKeyed listens with a key on a new unix socket, until the test
-// ends.
-func listenKeyed(t *testing.T, o ListenOptions) (Addr, Key, net.Listener) {
-	key := Key("0123456789abcdef0123")
+// listenKeyed listens as lc says with a key on a new unix socket, until
+// the test ends.
+func listenKeyed(t *testing.T, lc ListenConfig) (Addr, Key, net.Listener) {
+	lc.Key = Key("0123456789abcdef0123")
 	a := Addr{"unix", filepath.Join(t.TempDir(), "s.sock")}
-	l, err := ListenWith(a, key, o)
+	l, err := lc.Listen(a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return a, key, l
+	return a, lc.Key, l
 }

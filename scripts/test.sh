@@ -15,6 +15,9 @@ CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
 # and then abort in it ("hung or terminated unexpectedly while minimizing",
 # golang/go#52569); a failing input is still written out whole.
 go test -run='^$' -fuzz=FuzzServe -fuzztime=30s -fuzzminimizetime=0x ./export/
+# Journal records from a client that holds nothing: no mark, no harm to
+# the holder's (seeds in the test).
+go test -run='^$' -fuzz='^FuzzJournalWrite$' -fuzztime=10s -fuzzminimizetime=0x ./export/
 # The object store's superblock and saved index, crafted (corpus in
 # objstore/testdata/fuzz).
 go test -run='^$' -fuzz='^FuzzSuperblock$' -fuzztime=10s -fuzzminimizetime=0x ./objstore/

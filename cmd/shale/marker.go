@@ -24,9 +24,13 @@ import (
 // markerPath is the marker of a server listening on listen (as
 // p9net.Addr.String gives it) serving what (an absolute LOWER, a 9p://
 // URL or an absolute stack file).
-func markerPath(listen, what string) string {
+func markerPath(listen, what string) string { return stateFile("serving-", listen, what) }
+
+// stateFile is the file of the state dir named prefix and a hash of
+// listen and what.
+func stateFile(prefix, listen, what string) string {
 	h := sha256.Sum256([]byte(listen + "\x00" + what))
-	return filepath.Join(statedir.Dir(), "serving-"+hex.EncodeToString(h[:8]))
+	return filepath.Join(statedir.Dir(), prefix+hex.EncodeToString(h[:8]))
 }
 
 // marker is a serving marker made by openMarker.
@@ -83,3 +87,8 @@ func (m *marker) done(remove bool) {
 	m.f.Close() // and the lock with it
 	m.f = nil
 }
+
+// rightsPath is where a server of listen and what keeps its clients'
+// rights to reclaim delayed writes (export.Options.RightsFile): beside
+// its marker, and kept across clean ends too.
+func rightsPath(listen, what string) string { return stateFile("rights-", listen, what) }

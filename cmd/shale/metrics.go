@@ -166,7 +166,8 @@ var serverHelp = map[string]string{
 	"sprite.opens.grace":        "Opens that waited for clients to reclaim after an unclean restart.",
 	"sprite.recall.timeouts":    "Recalls given up on: the open went on without the client's delayed writes.",
 	"sprite.writebacks":         "Opens that only write back a client's delayed data.",
-	"sprite.writebacks.refused": "Write-backs and reclaims refused (ESTALE): they would undo another client's writes.",
+	"sprite.writebacks.refused": "Write-backs and reclaims refused: they would undo another client's writes, or come from a client that failed a recall of the file (ESTALE), or name a file the client never held open for writing (EPERM).",
+	"sprite.reclaims.unheld":    "Reclaims refused (EPERM): the client never held the file open for writing.",
 }
 
 // serverSamples turns the text of a server's stats file ("name value" a

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,10 +28,13 @@ type serveFlags struct {
 	mountFlags   // the stack's layers, and how a --stack file's views mount
 	listen       string
 	keyFile      string
+	authorized   string // --authorized-keys
+	socketMode   string
+	socketGroup  string
 	noRootSquash bool
 	maxConns     int
 	maxFids      int
-	// Bounds no client can break (export.Options, p9net.ListenOptions).
+	// Bounds no client can break (export.Options, p9net.ListenConfig).
 	perPeer          int
 	idle             time.Duration
 	handshakeTimeout time.Duration
@@ -80,10 +85,18 @@ the [[export]]s the file names under their attach names, and mounts its
   layer = 1
   mountpoint = "/mnt/vault"
 
---listen takes unix:PATH or tcp:HOST:PORT (default ` + DefaultListen + `). Without
---keyfile it listens only on loopback or a unix socket. With --keyfile every
-client must hold the same key (mutual TLS; see docs/network.md), and then it
-may listen anywhere.
+--listen takes unix:PATH or tcp:HOST:PORT (default ` + DefaultListen + `).
+Who may act as whom (docs/security.md):
+
+  - Without --keyfile it listens only on loopback or a unix socket, and the
+    kernel tells who each client is: a program of uid N may attach only as
+    uid N; a root program (a shale mount serving its users) as anyone. A
+    unix socket is made mode 0660 (--socket-mode, --socket-group).
+  - With --keyfile HOSTKEY (shale keygen HOSTKEY) it may listen anywhere,
+    and every client must hold a key (mutual TLS): a holder of the host key
+    is a trusted machine and may attach as any user, as NFS trusts a client
+    host with sec=sys; a holder of a user key listed in --authorized-keys
+    (shale keygen --user NAME) only as that user.
 
 Each client acts as the uid it attaches as, and the lower file system checks
 its permissions, as for a local program of that user; uid 0 acts as nobody
@@ -130,10 +143,13 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", DefaultListen, "where to listen: unix:PATH or tcp:HOST:PORT")
-	fl.StringVar(&f.keyFile, "keyfile", "", "require clients to hold the key in this file (at least 16 bytes, mode 600)")
+	fl.StringVar(&f.keyFile, "keyfile", "", "the host key (shale keygen FILE): clients must hold it, or a user key of --authorized-keys; its holders may act as any user")
+	fl.StringVar(&f.authorized, "authorized-keys", "", "with --keyfile: a file of user keys' public halves, one 'ed25519 PUBLIC USER' a line; each holder may act only as USER")
+	fl.StringVar(&f.socketMode, "socket-mode", "0660", "with --listen unix:PATH: the socket's mode (connecting takes write permission)")
+	fl.StringVar(&f.socketGroup, "socket-group", "", "with --listen unix:PATH: the socket's group, a name or gid (default: the server's)")
 	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
 	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once; past it a new one takes the place of the one idle longest (--idle)")
-	fl.IntVar(&f.perPeer, "max-conns-per-peer", 0, "most clients connected at once from one address (over TCP, loopback excepted) or one uid (over a unix socket); 0 for half of --max-conns")
+	fl.IntVar(&f.perPeer, "max-conns-per-peer", 0, "most clients connected at once of one uid (over a unix socket, or loopback TCP without --keyfile) or from one address (over TCP, loopback otherwise excepted); 0 for half of --max-conns")
 	fl.DurationVar(&f.idle, "idle", 2*time.Second, "how long a client may go without a request (a caching client's waiting journal read aside) before it may be disconnected to admit another when --max-conns are connected; it reconnects when it needs to")
 	fl.DurationVar(&f.handshakeTimeout, "handshake-timeout", p9net.DefaultAcceptTimeout, "how long a new connection has to authenticate (--keyfile), and then to send its first 9P message")
 	fl.IntVar(&f.maxJournals, "max-journals", 4096, "most journals of caching clients kept; past it those without a connection longest are deleted")
@@ -230,13 +246,9 @@ func runServe(f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	var key p9net.Key
-	if f.keyFile != "" {
-		if key, err = p9net.LoadKey(f.keyFile); err != nil {
-			return err
-		}
-	} else if !addr.Loopback() {
-		return fmt.Errorf("listening on %s needs --keyfile: without a key anyone who reaches it can use the export; or listen on 127.0.0.1 or a unix socket", addr)
+	lc, err := listenConfig(f, addr)
+	if err != nil {
+		return err
 	}
 	if f.maxConns < 1 {
 		return fmt.Errorf("--max-conns %d: say at least 1", f.maxConns)
@@ -347,13 +359,14 @@ func runServe(f *serveFlags, args []string) error {
 		RecallTimeout: f.recallTimeout,
 		Lease:         f.lease,
 		Grace:         grace,
+		RightsFile:    rightsPath(addr.String(), what),
 	})
 	// Views first: once clients can connect, everything is served.
 	mounts, err := p.mountViews(st, nodes, opts, logger)
 	if err != nil {
 		return err
 	}
-	l, err := p9net.ListenWith(addr, key, p9net.ListenOptions{HandshakeTimeout: f.handshakeTimeout})
+	l, err := lc.Listen(addr)
 	if err != nil {
 		unmountAll(mounts, logger)
 		return err
@@ -365,7 +378,7 @@ func runServe(f *serveFlags, args []string) error {
 	served = true
 	client.set(nodes[0])
 	srvp.Store(srv)
-	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", key != nil)
+	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", lc.Key != nil, "authorized_keys", lc.AuthorizedKeys)
 	if ms != nil {
 		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
 	}
@@ -419,4 +432,44 @@ func serveBounds(f *serveFlags) (serveLimits, error) {
 		*x.to = int64(n)
 	}
 	return b, nil
+}
+
+// listenConfig is who may connect to addr, from serve's flags.
+func listenConfig(f *serveFlags, addr p9net.Addr) (p9net.ListenConfig, error) {
+	lc := p9net.ListenConfig{HandshakeTimeout: f.handshakeTimeout}
+	if f.keyFile != "" {
+		key, err := p9net.LoadKey(f.keyFile)
+		if err != nil {
+			return lc, err
+		}
+		lc.Key = key
+	} else if !addr.Loopback() {
+		return lc, fmt.Errorf("listening on %s needs --keyfile: without a key the server cannot tell who a client is, and anyone who reaches it could act as any user; or listen on loopback (tcp:127.0.0.1:PORT) or a unix socket, where the kernel tells each client's uid", addr)
+	}
+	if f.authorized != "" {
+		if lc.Key == nil {
+			return lc, errors.New("--authorized-keys needs --keyfile: the host key is the server's identity, which user keys trust (shale keygen HOSTKEY)")
+		}
+		if err := p9net.CheckAuthorized(f.authorized); err != nil {
+			return lc, err
+		}
+		lc.AuthorizedKeys = f.authorized
+	}
+	m, err := strconv.ParseUint(f.socketMode, 8, 32)
+	if err != nil || m == 0 || m > 0o777 {
+		return lc, fmt.Errorf("--socket-mode %q: say an octal mode such as 0660", f.socketMode)
+	}
+	lc.SocketMode = os.FileMode(m)
+	if f.socketGroup != "" {
+		gid, err := strconv.Atoi(f.socketGroup)
+		if err != nil {
+			g, lerr := user.LookupGroup(f.socketGroup)
+			if lerr != nil {
+				return lc, fmt.Errorf("--socket-group %s: %v", f.socketGroup, lerr)
+			}
+			gid, _ = strconv.Atoi(g.Gid)
+		}
+		lc.SocketGID = gid
+	}
+	return lc, nil
 }

@@ -56,7 +56,7 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		// No fid reaches the file, nor any name this client knows.
 		switch {
 		case !sf.f.Removed():
-			return w.lostLocked(sf, "another client removed or renamed the file"), false
+			return w.lostLocked(sf, "another client removed or renamed the file", "walk", e.Error(), "reason", ReasonNames[why]), false
 		case sf.held():
 			return 0, false // a handle may read it back yet: kept until the last closes (Released)
 		}

@@ -29,7 +29,7 @@ func defaultLostDir() string { return filepath.Join(statedir.Dir(), "lost") }
 // lostLocked keeps sf's dirty data that cannot be written back in a
 // conflict copy, drops it from the client, says so in one log line, and
 // keeps EIO for the file's next fsync or close.
-func (w *Files) lostLocked(sf *sfile, why string) layer.Errno {
+func (w *Files) lostLocked(sf *sfile, why string, attrs ...any) layer.Errno {
 	name := ""
 	if sf.f != nil {
 		if names, e := sf.f.Path(); e == 0 {
@@ -43,9 +43,9 @@ func (w *Files) lostLocked(sf *sfile, why string) layer.Errno {
 		shown = fmt.Sprintf("(no name left; qid path %d)", sf.tok.Ino)
 	}
 	if err != nil {
-		w.Log.Error("delayed writes lost, and no conflict copy could be kept: "+why, "file", shown, "server", w.Where, "bytes", n, "err", err)
+		w.Log.Error("delayed writes lost, and no conflict copy could be kept: "+why, append([]any{"file", shown, "server", w.Where, "bytes", n, "err", err}, attrs...)...)
 	} else {
-		w.Log.Error("delayed writes not written back, kept in a conflict copy: "+why, "file", shown, "server", w.Where, "bytes", n, "copy", copyPath)
+		w.Log.Error("delayed writes not written back, kept in a conflict copy: "+why, append([]any{"file", shown, "server", w.Where, "bytes", n, "copy", copyPath}, attrs...)...)
 	}
 	w.Ctr.Lost.Add(uint64(n))
 	w.dropDirtyLocked(sf)

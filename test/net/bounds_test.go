@@ -121,13 +121,7 @@ func TestReapedMountWorks(t *testing.T) {
 	a := mount(t, "9p://"+addr+"/", "--write-delay", "1h", "--log", log)
 	writeFile(t, filepath.Join(a, "delayed"), []byte("written while quiet"), 0o644)
 	// A client with a file open: busier than the quiet mount.
-	dial := func() *p9 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return attach9p(t, c)
-	}
+	dial := func() *p9 { return dialAs(t, "tcp", addr, 0) }
 	r1 := dial()
 	r1.rpc("walk", p9wire.Twalk, uint32(0), uint32(1), uint16(1), "hello")
 	r1.rpc("open", p9wire.Tlopen, uint32(1), uint32(syscall.O_RDONLY))
@@ -179,13 +173,7 @@ func TestAbandonedJournals(t *testing.T) {
 	os.Mkdir(filepath.Join(lower, "d"), 0o755)
 	addr := freePort(t)
 	s := serve(t, addr, "--no-root-squash", lower)
-	dial := func() *p9 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return attach9p(t, c)
-	}
+	dial := func() *p9 { return dialAs(t, "tcp", addr, 0) }
 	// Eight clients at a time, each sequential: a request whose reply
 	// is an Rlerror ends the connection, and the count comes short.
 	start := time.Now()

@@ -141,6 +141,7 @@ type faultHarness struct {
 	addr    string
 	srvArgs []string
 	srv     *server
+	srvLogs []string // the logs of the servers stopped so far
 	relay   *faultRelay
 	clients []*faultClient
 	works   []*faultWork // every workload, killed ones too
@@ -241,9 +242,11 @@ func (h *faultHarness) run(plan []string) {
 			t0 := time.Now()
 			h.srv.stop()
 			h.stops = append(h.stops, time.Since(t0))
+			h.srvLogs = append(h.srvLogs, h.srv.log.String())
 			h.srv = serve(t, h.addr, h.srvArgs...)
 		case "kill9":
 			kill9(h.srv)
+			h.srvLogs = append(h.srvLogs, h.srv.log.String())
 			h.srv = serve(t, h.addr, h.srvArgs...)
 		case "client":
 			c := h.clients[h.rng.IntN(len(h.clients))]

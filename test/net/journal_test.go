@@ -25,23 +25,23 @@ type p9 struct {
 	c net.Conn
 }
 
-func dial9p(t *testing.T, sock string) *p9 {
+// dialAs connects to a server and attaches its tree as fid 0 as uid.
+func dialAs(t *testing.T, network, address string, uid uint32) *p9 {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
+	c, err := net.Dial(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return attach9p(t, c)
+	return session(t, c, uid)
 }
 
-// attach9p negotiates the version on c and attaches fid 0 to the
-// default tree; c is closed when the test ends.
-func attach9p(t *testing.T, c net.Conn) *p9 {
+// session starts 9P on c and attaches as uid, as fid 0.
+func session(t *testing.T, c net.Conn, uid uint32) *p9 {
 	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	p := &p9{t, c}
 	p.rpc("version", p9wire.Tversion, uint32(64<<10), p9wire.Version)
-	p.rpc("attach", p9wire.Tattach, uint32(0), p9wire.NoFid, "", "", uint32(0))
+	p.rpc("attach", p9wire.Tattach, uint32(0), p9wire.NoFid, "", "", uid)
 	return p
 }
 
@@ -81,6 +81,16 @@ func (p *p9) recv() (uint8, []byte, error) {
 // and returns the reply's body; an Rlerror fails the test.
 func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 	p.t.Helper()
+	body, e := p.try(what, typ, fields...)
+	if e != 0 {
+		p.t.Fatalf("%s: %v", what, e)
+	}
+	return body
+}
+
+// try is rpc that returns an Rlerror's errno.
+func (p *p9) try(what string, typ uint8, fields ...any) ([]byte, syscall.Errno) {
+	p.t.Helper()
 	// Generous: a journal read waits for another request's change.
 	p.c.SetDeadline(time.Now().Add(60 * time.Second))
 	if _, err := p.c.Write(frame9p(typ, 1, fields...)); err != nil {
@@ -91,9 +101,9 @@ func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 		p.t.Fatalf("%s: %v", what, err)
 	}
 	if rtyp == p9wire.Rlerror {
-		p.t.Fatalf("%s: %v", what, syscall.Errno(binary.LittleEndian.Uint32(body)))
+		return nil, syscall.Errno(binary.LittleEndian.Uint32(body))
 	}
-	return body
+	return body, 0
 }
 
 // walkStat walks fid 0 to name as fid and returns its QID from Rgetattr.
@@ -107,7 +117,7 @@ func (p *p9) walkStat(fid uint32, name string) p9wire.Qid {
 // openJournal attaches the journal tree as fid 100 and creates uuid's.
 func (p *p9) openJournal(uuid string) {
 	p.t.Helper()
-	p.rpc("attach #journal", p9wire.Tattach, uint32(100), p9wire.NoFid, "", journal.Aname, uint32(0))
+	p.rpc("attach #journal", p9wire.Tattach, uint32(100), p9wire.NoFid, "", journal.Aname, uint32(os.Geteuid()))
 	p.rpc("create journal", p9wire.Tlcreate, uint32(100), uuid, uint32(syscall.O_RDWR), uint32(0o600), p9wire.NoUID)
 }
 
@@ -159,7 +169,7 @@ func TestJournalUpstream(t *testing.T) {
 	sock := filepath.Join(dir, "shale.sock")
 	serve(t, sock, "--no-root-squash", "--upstream", "unix:"+diodSock+"?aname="+lower)
 
-	a, b := dial9p(t, sock), dial9p(t, sock)
+	a, b := dialAs(t, "unix", sock, 0), dialAs(t, "unix", sock, 0)
 	a.openJournal("6a1b2c3d-0000-4000-8000-00000000000a")
 	b.openJournal("6a1b2c3d-0000-4000-8000-00000000000b")
 	qa := a.walkStat(1, "hello")

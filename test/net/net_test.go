@@ -41,14 +41,14 @@ func tempDir(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(writerEnv) != "" || os.Getenv(faultWorkEnv) != "" || os.Getenv(probeEnv) != "" {
+		// A helper process of a test: it runs programs on a mount, or
+		// probes a server as another user, and needs no shale of its own.
+		os.Exit(m.Run())
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "test/net: must run as root: it mounts FUSE and serves other uids")
 		os.Exit(1)
-	}
-	if os.Getenv(writerEnv) != "" || os.Getenv(faultWorkEnv) != "" {
-		// A helper process of a test: it runs programs on a mount, and
-		// needs no shale of its own.
-		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "shale-net-")
 	if err == nil {
