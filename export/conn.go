@@ -32,6 +32,9 @@ type conn struct {
 
 	journal atomic.Pointer[jrnl] // the journal it opened, if any
 
+	connState        // admission (admit.go)
+	unpend    func() // takes it out of the pending set
+
 	mu    sync.Mutex
 	nodes map[nodeKey]*nodeRec
 	fids  map[uint32]*fid

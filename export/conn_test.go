@@ -129,15 +129,6 @@ func TestOversizedMessage(t *testing.T) {
 	r.must(t, "getattr after", frame(tGetattr, 1, uint32(0), uint64(0x3fff)))
 }
 
-// MaxConns: a connection past the limit is closed at once.
-func TestMaxConns(t *testing.T) {
-	f := newFixture(t, Options{MaxConns: 1})
-	f.dial(t, "")
-	if _, err := f.tryDial(""); err == nil {
-		t.Fatal("a second connection was served")
-	}
-}
-
 // Serve over a unix socket; cancelling its context closes every
 // connection and releases what they held.
 func TestServe(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -41,9 +42,20 @@ type Options struct {
 	// supplementary group of the uid claimed, and the group asked for
 	// what a request makes.
 	NoRootSquash bool
-	// MaxConns bounds concurrent connections (0: 64); excess connections
-	// are closed at once.
+	// MaxConns bounds the sessions served at once (0: 64): connections
+	// that sent their first message. Past it an idle one is closed to
+	// make room (admit.go).
 	MaxConns int
+	// MaxConnsPerPeer bounds the sessions of one peer (p9net.PeerKey: a
+	// local user's uid, over a unix socket or keyless loopback TCP; an
+	// address over TCP but loopback), 0: MaxConns/2, at least 1.
+	MaxConnsPerPeer int
+	// Idle is how long a session has had no request (but journal reads)
+	// before it may be closed to admit another (0: 2 s).
+	Idle time.Duration
+	// FirstTimeout bounds the wait for a connection's first message (0:
+	// p9net.DefaultAcceptTimeout).
+	FirstTimeout time.Duration
 	// MaxFids bounds the fids of a connection (0: 4096): walks and
 	// attaches past it fail with EMFILE.
 	MaxFids int
@@ -52,6 +64,15 @@ type Options struct {
 	// JournalRecords bounds the records queued in one journal (0:
 	// 65536); past it the queue becomes one Reset.
 	JournalRecords int
+	// MaxJournals bounds the journals (0: 4096): past it the longest
+	// abandoned (no connection) are deleted (jbounds.go).
+	MaxJournals int
+	// JournalBytes bounds one journal's estimated memory, its records and
+	// the QIDs it follows (0: 16 MiB); past it the journal is Reset.
+	JournalBytes int64
+	// JournalMemory bounds all journals' (0: 128 MiB): past it the
+	// largest are Reset, abandoned ones first and sooner (jbounds.go).
+	JournalMemory int64
 	// JournalAge is how long a journal outlives its client's last
 	// connection (0: an hour).
 	JournalAge time.Duration
@@ -90,10 +111,12 @@ type Server struct {
 	// the synthetic directories above those roots.
 	prefixes map[string][]string
 
-	slots    chan struct{} // MaxConns tokens
+	pending  *p9net.Pending // connections before their first message
 	requests atomic.Uint64
 	nextConn atomic.Uint64
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
+	reaped   atomic.Uint64 // idle sessions closed to admit others
+	refused  atomic.Uint64 // connections refused a session
 	counts   counters
 	ctl      *controller
 	sp       *sprite
@@ -102,8 +125,12 @@ type Server struct {
 	usersMu sync.Mutex
 	users   map[uint32]groups
 
-	mu    sync.Mutex
-	conns map[*conn]struct{}
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	sessions int              // admitted connections (admit.go)
+	peers    map[string]int   // sessions by peer
+	waiting  map[*conn]uint64 // connections waiting for a session, by ticket
+	tickets  uint64
 	// drain is closed when Serve's context ends: connections read no
 	// more requests, journal reads end, and the requests in flight finish
 	// (within drainTime) before the connections close, so that no client
@@ -146,11 +173,29 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 64
 	}
+	if opts.MaxConnsPerPeer <= 0 {
+		opts.MaxConnsPerPeer = max(opts.MaxConns/2, 1)
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = defaultIdle
+	}
+	if opts.FirstTimeout <= 0 {
+		opts.FirstTimeout = p9net.DefaultAcceptTimeout
+	}
 	if opts.MaxFids <= 0 {
 		opts.MaxFids = 4096
 	}
 	if opts.JournalRecords <= 0 {
 		opts.JournalRecords = defaultJournalRecords
+	}
+	if opts.MaxJournals <= 0 {
+		opts.MaxJournals = defaultMaxJournals
+	}
+	if opts.JournalBytes <= 0 {
+		opts.JournalBytes = defaultJournalBytes
+	}
+	if opts.JournalMemory <= 0 {
+		opts.JournalMemory = defaultJournalMemory
 	}
 	if opts.JournalAge <= 0 {
 		opts.JournalAge = defaultJournalAge
@@ -162,7 +207,9 @@ func New(st *stack.Stack, roots map[string]layer.Node, opts Options) *Server {
 		st: st, opts: opts, log: opts.Logger,
 		roots:    map[string]*root{},
 		prefixes: map[string][]string{},
-		slots:    make(chan struct{}, opts.MaxConns),
+		pending:  p9net.NewPending(max(2*opts.MaxConns, minPending)),
+		peers:    map[string]int{},
+		waiting:  map[*conn]uint64{},
 		users:    map[uint32]groups{},
 		conns:    map[*conn]struct{}{},
 		drain:    make(chan struct{}),
@@ -271,20 +318,19 @@ func (s *Server) drainAll() {
 func (s *Server) ServeConn(c io.ReadWriteCloser) { s.serve(context.Background(), c) }
 
 func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		s.log.Warn("9p: too many connections; closing one", "max", s.opts.MaxConns)
-		rw.Close()
-		return
-	}
 	// Not ended with Serve's ctx: a drain ends the connection (drainAll).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
 		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
 		views: map[*root]uint32{}}
+	c.peerKey = peerKeyOf(rw)
+	readDeadline(rw, time.Now().Add(s.opts.FirstTimeout))
+	c.unpend = s.pending.Add(c.peerKey, func() {
+		cancel()
+		rw.Close()
+	})
+	defer c.unpend()
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -318,6 +364,7 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	s.ctl.detach(c)
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.releaseSessionLocked(c)
 	s.mu.Unlock()
 }
 

@@ -40,6 +40,7 @@ type fileFid struct {
 // its handle or directory stream, and its nodes.
 func (f *fileFid) free(ctx context.Context) {
 	if f.h != nil {
+		f.c.handles.Add(-1)
 		for _, o := range f.owners {
 			f.h.Flush(ctx, o)
 		}
@@ -116,6 +117,9 @@ func (f *fileFid) lopen(ctx context.Context, m *p9wire.Lopen) (p9wire.Message, s
 			return nil, syscall.EINVAL
 		}
 	}
+	if f.h != nil {
+		f.c.handles.Add(1)
+	}
 	f.opened = true
 	return &p9wire.OpenReply{T: p9wire.Tlopen, Qid: q}, 0
 }
@@ -124,7 +128,7 @@ func (f *fileFid) lopen(ctx context.Context, m *p9wire.Lopen) (p9wire.Message, s
 // and returns the QID version to answer with.
 func (f *fileFid) spriteOpen(ctx context.Context, write, create bool) (uint32, syscall.Errno) {
 	so := &spriteOpen{k: interestKey{f.r, f.qid().Path}, write: write}
-	v, e := f.c.s.sp.open(ctx, so.k, f.c, write, create)
+	v, e := f.c.s.sp.open(ctx, so.k, f.c, so, write, create)
 	if e == 0 {
 		f.so = so
 	}
@@ -175,6 +179,7 @@ func (f *fileFid) lcreate(ctx context.Context, m *p9wire.Lcreate) (p9wire.Messag
 	f.up = append(f.up, f.pos)
 	f.pos = pos{r: f.r, rec: f.c.hold(f.r, cn), mode: a.Mode & syscall.S_IFMT, name: m.Name}
 	f.h, f.opened = h, true
+	f.c.handles.Add(1)
 	f.c.note(ctx, f.r, f.qid())
 	q := f.qid()
 	if f.c.s.opts.Sprite {
@@ -207,6 +212,11 @@ func (f *fileFid) write(ctx context.Context, m *p9wire.Write) (p9wire.Message, s
 	}
 	if m.Offset > math.MaxInt64-uint64(len(m.Data)) {
 		return nil, syscall.EINVAL // as pwrite(2): the end would overflow
+	}
+	if f.so != nil && f.so.revoked.Load() {
+		// Its client failed a recall of the file since this open: what
+		// it writes now may be what it held back (evict.go).
+		return nil, syscall.ESTALE
 	}
 	k, e := f.h.Write(ctx, m.Data, int64(m.Offset))
 	if e != 0 {

@@ -208,7 +208,10 @@ func (jf *journalFid) read(ctx context.Context, m *p9wire.Read) (p9wire.Message,
 	case jf.typ == jStats:
 		return readAt(jf.stats, m.Offset, count), 0
 	case jf.typ == jFile:
+		// Waiting for records is not being busy (admit.go).
+		jf.c.parked.Add(1)
 		b, e := jf.j.read(ctx, jf.stop, jf.c.s.drain, m.Offset, int(count))
+		jf.c.parked.Add(-1)
 		if e != 0 {
 			return nil, e
 		}

@@ -30,11 +30,16 @@ const (
 type controller struct {
 	epoch                      uint64 // drawn at start: in every record
 	maxRecords, maxInterest    int
+	maxJournals                int
+	maxBytes, maxMemory        int64 // jbounds.go
 	maxAge                     time.Duration
 	made, sent, resets, queued atomic.Int64 // records (stats)
+	bytes, idleBytes           atomic.Int64 // all journals', and those without a connection (jbounds.go)
 
 	mu       sync.Mutex
 	journals map[string]*jrnl
+	list     []*jrnl          // journals' values, made again (never changed) when nil
+	swept    time.Time        // the last sweep by an event (jholder)
 	views    map[uint32]*conn // connections' coherence views: whose change an event is
 }
 
@@ -45,6 +50,9 @@ func newController(o *Options) *controller {
 		epoch:       binary.LittleEndian.Uint64(b[:]),
 		maxRecords:  o.JournalRecords,
 		maxInterest: o.JournalInterest,
+		maxJournals: o.MaxJournals,
+		maxBytes:    o.JournalBytes,
+		maxMemory:   o.JournalMemory,
 		maxAge:      o.JournalAge,
 		journals:    map[string]*jrnl{},
 		views:       map[uint32]*conn{},
@@ -73,6 +81,7 @@ type jrnl struct {
 	recs       []journal.Record
 	base, last uint64
 	interest   map[interestKey]uint8 // the QID's type
+	bytes      int64                 // estimated: records and interest (jbounds.go)
 	conns      int                   // connections that opened it
 	gone       time.Time             // since when conns is 0
 	wake       chan struct{}         // closed when a record is added
@@ -97,8 +106,12 @@ func (ctl *controller) create(name, owner string) (*jrnl, syscall.Errno) {
 	if ctl.journals[name] != nil {
 		return nil, syscall.EEXIST
 	}
+	if e := ctl.roomLocked(); e != 0 {
+		return nil, e
+	}
 	j := &jrnl{ctl: ctl, name: name, owner: owner, interest: map[interestKey]uint8{}, gone: time.Now(), wake: make(chan struct{}), applied: make(chan struct{})}
 	ctl.journals[name] = j
+	ctl.list = nil
 	return j, 0
 }
 
@@ -107,17 +120,12 @@ func (ctl *controller) create(name, owner string) (*jrnl, syscall.Errno) {
 // drop everything. It is lazy (on access and on events): a journal past
 // its age that nobody asks about costs only its memory, bounded anyway.
 func (ctl *controller) sweepLocked(now time.Time) {
-	for name, j := range ctl.journals {
+	for _, j := range ctl.journals {
 		j.mu.Lock()
 		old := j.conns == 0 && now.Sub(j.gone) > ctl.maxAge
-		if old {
-			j.deleted = true
-			ctl.queued.Add(-int64(len(j.recs)))
-			j.recs = nil
-		}
 		j.mu.Unlock()
 		if old {
-			delete(ctl.journals, name)
+			ctl.deleteLocked(j)
 		}
 	}
 }
@@ -143,7 +151,9 @@ func (ctl *controller) attach(c *conn, j *jrnl) syscall.Errno {
 	}
 	c.journal.Store(j)
 	j.mu.Lock()
-	j.conns++
+	if j.conns++; j.conns == 1 {
+		ctl.idleBytes.Add(-j.bytes)
+	}
 	j.mu.Unlock()
 	return 0
 }
@@ -158,6 +168,9 @@ func (ctl *controller) detach(c *conn) {
 	j.mu.Lock()
 	if j.conns--; j.conns == 0 {
 		j.gone = time.Now()
+		if !j.deleted {
+			j.ctl.idleBytes.Add(j.bytes)
+		}
 		j.appliedLocked() // nobody left to wait for
 	}
 	j.mu.Unlock()
@@ -188,6 +201,9 @@ func (c *conn) note(ctx context.Context, r *root, q p9wire.Qid) {
 	}
 	k := interestKey{r, q.Path}
 	j.note(k, q.Type)
+	if j.ctl.over() {
+		j.ctl.trim()
+	}
 	if rq, ok := ctx.Value(reqKey{}).(*req); ok {
 		rq.seen = append(rq.seen, k)
 		rq.typs = append(rq.typs, q.Type)
@@ -197,10 +213,14 @@ func (c *conn) note(ctx context.Context, r *root, q p9wire.Qid) {
 func (j *jrnl) note(k interestKey, typ uint8) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, ok := j.interest[k]; !ok && len(j.interest) >= j.ctl.maxInterest {
+	_, ok := j.interest[k]
+	if !ok && (len(j.interest) >= j.ctl.maxInterest || !j.fitsLocked(interestCost)) {
 		// Forgetting some would make us miss their changes: the client
 		// starts afresh instead.
 		j.resetLocked()
+	}
+	if !ok {
+		j.growLocked(interestCost)
 	}
 	j.interest[k] = typ
 }
@@ -211,20 +231,26 @@ func (j *jrnl) drop(roots map[string]*root, path uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, r := range roots {
-		delete(j.interest, interestKey{r, path})
+		k := interestKey{r, path}
+		if _, ok := j.interest[k]; ok {
+			delete(j.interest, k)
+			j.growLocked(-interestCost)
+		}
 	}
 }
 
 // addLocked appends a record, or replaces the queue by one Reset if it
 // is full, and wakes the readers.
 func (j *jrnl) addLocked(rec journal.Record) {
-	if len(j.recs) >= j.ctl.maxRecords {
+	cost := recCost(&rec)
+	if len(j.recs) >= j.ctl.maxRecords || !j.fitsLocked(cost) {
 		j.resetLocked()
 		return
 	}
 	j.last++
 	rec.Epoch, rec.Seq = j.ctl.epoch, j.last
 	j.recs = append(j.recs, rec)
+	j.growLocked(cost)
 	j.ctl.made.Add(1)
 	j.ctl.queued.Add(1)
 	j.wakeLocked()
@@ -238,7 +264,9 @@ func (j *jrnl) resetLocked() {
 	j.base = 0
 	j.last++
 	j.recs = append(j.recs[:0:0], journal.Record{Kind: journal.Reset, Epoch: j.ctl.epoch, Seq: j.last})
-	clear(j.interest)
+	// A new map: a cleared one keeps its size.
+	j.interest = map[interestKey]uint8{}
+	j.growLocked(recordCost - j.bytes)
 	j.ctl.made.Add(1)
 	j.ctl.resets.Add(1)
 	j.wakeLocked()
@@ -309,10 +337,13 @@ func (j *jrnl) forgetLocked(n uint64) {
 		return
 	}
 	k := 0
+	var freed int64
 	for k < len(j.recs) && j.recs[k].Seq <= n {
+		freed += recCost(&j.recs[k])
 		k++
 	}
 	j.recs = j.recs[k:]
+	j.growLocked(-freed)
 	j.ctl.queued.Add(-int64(k))
 	j.base = n
 	j.appliedLocked()
@@ -355,16 +386,24 @@ type jholder struct {
 func (h jholder) Invalidate(ev layer.Event) {
 	ctl := h.s.ctl
 	ctl.mu.Lock()
-	ctl.sweepLocked(time.Now())
+	// Sweeping costs every journal's lock: once a second is enough for
+	// an age of an hour (find and create sweep at once).
+	if now := time.Now(); now.Sub(ctl.swept) >= time.Second {
+		ctl.swept = now
+		ctl.sweepLocked(now)
+	}
 	var own *jrnl
 	if c := ctl.views[ev.View]; c != nil && ev.View != 0 {
 		// The client made this change: it knows from the reply.
 		own = c.journal.Load()
 	}
-	js := make([]*jrnl, 0, len(ctl.journals))
-	for _, j := range ctl.journals {
-		js = append(js, j)
+	if ctl.list == nil {
+		ctl.list = make([]*jrnl, 0, len(ctl.journals))
+		for _, j := range ctl.journals {
+			ctl.list = append(ctl.list, j)
+		}
 	}
+	js := ctl.list
 	ctl.mu.Unlock()
 	if ev.Kind == layer.Everything {
 		for _, j := range js {
@@ -386,6 +425,9 @@ func (h jholder) Invalidate(ev layer.Event) {
 		if j != own {
 			j.change(k, once)
 		}
+	}
+	if ctl.over() {
+		ctl.trim()
 	}
 }
 
@@ -445,4 +487,48 @@ func (s *Server) heldNode(k nodeKey) layer.Node {
 		}
 	}
 	return nil
+}
+
+// waitApplied waits until the client has applied every record queued
+// now, or has no connection; false if ctx or timeout ended it first.
+func (j *jrnl) waitApplied(ctx context.Context, timeout <-chan time.Time) bool {
+	j.mu.Lock()
+	target := j.last
+	for j.base < target && j.conns > 0 && !j.deleted {
+		applied := j.applied
+		j.mu.Unlock()
+		select {
+		case <-applied:
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+		j.mu.Lock()
+	}
+	j.mu.Unlock()
+	return true
+}
+
+// Journal side: whether the client follows the rules, and the records
+// sent to it.
+
+func (j *jrnl) isSprite() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.sprite
+}
+
+func (j *jrnl) connected() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.conns > 0
+}
+
+// add appends rec and returns its seq.
+func (j *jrnl) add(rec journal.Record) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.addLocked(rec)
+	return j.last
 }

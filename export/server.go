@@ -47,6 +47,7 @@ type reqKey struct{}
 // in its own goroutine.
 func (c *conn) loop() {
 	r := bufio.NewReaderSize(c.rw, 64<<10)
+	admitted := false
 	for {
 		c.wmu.Lock()
 		msize := c.msize
@@ -68,6 +69,14 @@ func (c *conn) loop() {
 		}
 		c.s.requests.Add(1)
 		c.s.counts.byType[h.Type].Add(1)
+		if !admitted {
+			if !c.admit() {
+				c.refuse(h.Tag)
+				return
+			}
+			admitted = true
+		}
+		c.last.Store(time.Now().UnixNano())
 		d := &p9wire.Dec{B: body}
 		switch h.Type {
 		case p9wire.Tversion:
@@ -96,7 +105,9 @@ func (c *conn) loop() {
 			case <-c.ctx.Done():
 				return
 			}
+			c.inflight.Add(1)
 			c.flight.Go(func() {
+				defer c.inflight.Add(-1)
 				defer func() { <-c.slots }()
 				c.flush(h.Tag, old)
 			})
@@ -124,7 +135,9 @@ func (c *conn) loop() {
 			close(q.done)
 			return
 		}
+		c.inflight.Add(1)
 		c.flight.Go(func() {
+			defer c.inflight.Add(-1)
 			defer func() { <-c.slots }()
 			defer close(q.done)
 			defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +48,9 @@ type sprite struct {
 	mu    sync.Mutex
 	files map[interestKey]*fstate
 
-	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused, forged atomic.Uint64
+	evictFor time.Duration // how long a client that failed a recall caches none of the file (evict.go)
+
+	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused, forged, evictions atomic.Uint64
 }
 
 // fstate is one file's state.
@@ -68,6 +71,9 @@ type fstate struct {
 	isShared   bool
 	told       map[*jrnl]bool // sent Uncache in this episode of sharing
 	wake       chan struct{}  // closed when dirty or asked shrink
+	// evicted are the clients that failed to answer a recall of the
+	// file in time, and until when they may cache none of it (evict.go).
+	evicted map[*jrnl]time.Time
 }
 
 // ask is a Recall or Uncache sent: a Clean with a seq at or after the
@@ -79,16 +85,22 @@ type ask struct {
 	dirty   uint32 // dirty[h] when asked
 }
 
-type opens struct{ r, w int }
+type opens struct {
+	r, w int
+	sos  []*spriteOpen // the fids' opens, which an eviction revokes
+}
 
 // spriteOpen is what an open fid registered, for its release.
 type spriteOpen struct {
 	k     interestKey
 	write bool
+	// revoked: its client failed a recall of the file since the open,
+	// and writes through it are refused (evict.go).
+	revoked atomic.Bool
 }
 
 func newSprite(s *Server, o *Options) *sprite {
-	sp := &sprite{s: s, recallTimeout: o.RecallTimeout, lease: o.Lease, files: map[interestKey]*fstate{}}
+	sp := &sprite{s: s, recallTimeout: o.RecallTimeout, lease: o.Lease, evictFor: o.JournalAge, files: map[interestKey]*fstate{}}
 	if sp.recallTimeout <= 0 {
 		sp.recallTimeout = defaultRecallTimeout
 	}
@@ -125,7 +137,7 @@ func (sp *sprite) stateLocked(k interestKey) *fstate {
 			sp.trimLocked()
 		}
 		st = &fstate{version: randomVersion(), opens: map[*conn]*opens{}, dirty: map[*jrnl]uint32{},
-			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, wake: make(chan struct{})}
+			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, evicted: map[*jrnl]time.Time{}, wake: make(chan struct{})}
 		sp.files[k] = st
 	}
 	return st
@@ -139,7 +151,7 @@ func (sp *sprite) trimLocked() {
 		if n == 0 {
 			return
 		}
-		if len(st.opens) == 0 && len(st.dirty) == 0 && len(st.asked) == 0 {
+		if len(st.opens) == 0 && len(st.dirty) == 0 && len(st.asked) == 0 && !st.evictingLocked(time.Now()) {
 			delete(sp.files, k)
 			n--
 		}
@@ -165,7 +177,7 @@ func (st *fstate) wakeLocked() {
 // caches (its kernel's too) hold of it must go first. A Tlcreate does not
 // wait: its client's kernel may hold the directory's lock, which that
 // client's journal, dropping an entry of it, would wait for.
-func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write, create bool) (uint32, syscall.Errno) {
+func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOpen, write, create bool) (uint32, syscall.Errno) {
 	var me *jrnl
 	if c != nil {
 		me = c.journal.Load()
@@ -232,6 +244,9 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write, creat
 						st.opens[c] = o
 					}
 				}
+				if so != nil {
+					o.sos = append(o.sos, so)
+				}
 				if write {
 					o.w++
 					st.version = journal.NextVersion(st.version)
@@ -243,7 +258,8 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write, creat
 				} else {
 					o.r++
 				}
-				if me != nil && o.w > 0 && me.isSprite() && !shares {
+				evicted := st.isEvictedLocked(me)
+				if me != nil && o.w > 0 && me.isSprite() && !shares && !evicted {
 					// It may delay writes through any of its handles
 					// now: caching comes back with an open that finds
 					// the file not shared, even one for reading.
@@ -255,7 +271,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, write, creat
 					clear(st.told) // the episode is over
 				}
 				v := st.version
-				if shares {
+				if shares || evicted {
 					v |= journal.NoCache
 				}
 				sp.mu.Unlock()
@@ -314,9 +330,9 @@ func (sp *sprite) askLocked(st *fstate, k interestKey, h *jrnl, kind journal.Kin
 	if a, ok := st.asked[h]; ok && (a.uncache || !uncache) {
 		return
 	}
-	if !h.isSprite() {
-		// It never said it follows the rules (so it holds no dirty
-		// data): nothing to wait for.
+	if !h.isSprite() || st.isEvictedLocked(h) {
+		// It never said it follows the rules, or lost its caching of
+		// the file (so it holds no dirty data): nothing to wait for.
 		return
 	}
 	seq := h.add(journal.Record{Kind: kind, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: k.path}})
@@ -353,8 +369,12 @@ func (sp *sprite) giveUpLocked(st *fstate, k interestKey, h *jrnl, gone bool) {
 		return
 	}
 	sp.timeouts.Add(1)
+	connected := h.connected()
+	if connected {
+		sp.evictLocked(st, h)
+	}
 	sp.s.log.Warn("9p client did not answer a recall in time: the file opens without the writes it delayed",
-		"client", h.name, "qid", k.path, "connected", h.connected())
+		"client", h.name, "qid", k.path, "connected", connected, "evicted", connected)
 }
 
 // clean takes a client's Clean of path (from its journal write): it holds
@@ -437,13 +457,14 @@ var noJournal = &jrnl{name: "(no journal)"}
 
 // writeBack checks an open that only writes back delayed data (the
 // journal.WriteBack flag): ESTALE if another client opened the file for
-// writing after c's client did, which the write-back would undo.
+// writing after c's client did, which the write-back would undo, or c's
+// client lost its caching of the file (evict.go).
 func (sp *sprite) writeBack(k interestKey, c *conn) syscall.Errno {
 	sp.writeBacks.Add(1)
 	me := c.journal.Load()
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if w := sp.stateLocked(k).lastWriter; me == nil || w != nil && w != me {
+	if st := sp.stateLocked(k); me == nil || st.lastWriter != nil && st.lastWriter != me || st.isEvictedLocked(me) {
 		sp.refused.Add(1)
 		return syscall.ESTALE
 	}
@@ -475,6 +496,9 @@ func (sp *sprite) close(so *spriteOpen, c *conn) {
 		} else {
 			o.r--
 		}
+		if i := slices.Index(o.sos, so); i >= 0 {
+			o.sos = slices.Delete(o.sos, i, i+1)
+		}
 		if o.r <= 0 && o.w <= 0 {
 			delete(st.opens, c)
 			st.wakeLocked()
@@ -501,7 +525,7 @@ func (s *Server) rootKeys(path uint64) []interestKey {
 // for writing, those that have it open stop caching it.
 func (h jholder) Opening(ctx context.Context, tok layer.Token, write bool) {
 	if h.s.opts.Sprite {
-		h.s.sp.open(ctx, interestKey{h.r, tok.Ino}, nil, write, false)
+		h.s.sp.open(ctx, interestKey{h.r, tok.Ino}, nil, nil, write, false)
 	}
 }
 
@@ -531,48 +555,4 @@ func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 			return
 		}
 	}
-}
-
-// waitApplied waits until the client has applied every record queued
-// now, or has no connection; false if ctx or timeout ended it first.
-func (j *jrnl) waitApplied(ctx context.Context, timeout <-chan time.Time) bool {
-	j.mu.Lock()
-	target := j.last
-	for j.base < target && j.conns > 0 && !j.deleted {
-		applied := j.applied
-		j.mu.Unlock()
-		select {
-		case <-applied:
-		case <-timeout:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-		j.mu.Lock()
-	}
-	j.mu.Unlock()
-	return true
-}
-
-// Journal side: whether the client follows the rules, and the records
-// sent to it.
-
-func (j *jrnl) isSprite() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.sprite
-}
-
-func (j *jrnl) connected() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.conns > 0
-}
-
-// add appends rec and returns its seq.
-func (j *jrnl) add(rec journal.Record) uint64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.addLocked(rec)
-	return j.last
 }

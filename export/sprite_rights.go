@@ -17,7 +17,8 @@ import (
 // dirtyFrom takes a client's Dirty of path: a reclaim after a
 // reconnection. It is refused with ESTALE if another client opened the
 // file for writing since the server started (writing back would undo
-// that), and with EPERM if h never held it.
+// that) or h lost its caching of it (evict.go), and with EPERM if h never
+// held it.
 func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -28,7 +29,7 @@ func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
 		if st == nil {
 			continue
 		}
-		if w := st.lastWriter; w != nil && w != h {
+		if w := st.lastWriter; w != nil && w != h || st.isEvictedLocked(h) {
 			sp.refused.Add(1)
 			return syscall.ESTALE
 		}

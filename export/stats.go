@@ -58,7 +58,11 @@ func (s *Server) stats() []byte {
 	line("bytes.out", s.counts.bytesOut.Load())
 	s.mu.Lock()
 	line("connections", len(s.conns))
+	line("connections.sessions", s.sessions)
 	s.mu.Unlock()
+	line("connections.pending", s.pending.Len())
+	line("connections.reaped", s.reaped.Load())
+	line("connections.refused", s.refused.Load())
 
 	ctl := s.ctl
 	ctl.mu.Lock()
@@ -80,6 +84,8 @@ func (s *Server) stats() []byte {
 	line("records.made", ctl.made.Load())
 	line("records.sent", ctl.sent.Load())
 	line("resets", ctl.resets.Load())
+	line("journals.bytes", ctl.bytes.Load())
+	line("journals.bytes.abandoned", ctl.idleBytes.Load())
 	line("epoch", ctl.epoch)
 	sp := s.sp
 	sp.mu.Lock()
@@ -94,6 +100,7 @@ func (s *Server) stats() []byte {
 	line("sprite.recall.timeouts", sp.timeouts.Load())
 	line("sprite.writebacks", sp.writeBacks.Load())
 	line("sprite.writebacks.refused", sp.refused.Load())
+	line("sprite.evictions", sp.evictions.Load())
 	line("sprite.reclaims.unheld", sp.forged.Load())
 	return []byte(b.String())
 }

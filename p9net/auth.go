@@ -28,8 +28,13 @@ const MinKeyLen = 16
 // ErrAuth is wrapped by every failure to authenticate.
 var ErrAuth = errors.New("authentication failed")
 
-// HandshakeTimeout bounds how long a connection may take to authenticate.
+// HandshakeTimeout bounds how long a client waits to authenticate.
 const HandshakeTimeout = 10 * time.Second
+
+// DefaultAcceptTimeout is how long a server gives a new connection to
+// authenticate, and then to send its first 9P message: a few seconds,
+// plenty for a client that means to, short for one that holds a slot.
+const DefaultAcceptTimeout = 5 * time.Second
 
 // LoadKey reads a key file, readable by its owner only, like an ssh key:
 // a host key (at least MinKeyLen bytes; a final newline is not part of
@@ -172,6 +177,12 @@ type ListenConfig struct {
 	// if positive (else the server's).
 	SocketMode os.FileMode
 	SocketGID  int
+	// HandshakeTimeout bounds a connection's TLS handshake, with a Key
+	// (0: DefaultAcceptTimeout).
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the handshakes under way (0: 128); past it the
+	// oldest of the peer with the most is closed (Pending).
+	MaxHandshakes int
 }
 
 // Listen listens on a with the host key key alone (nil: none).
@@ -179,9 +190,15 @@ func Listen(a Addr, key Key) (net.Listener, error) { return ListenConfig{Key: ke
 
 // Listen listens on a. Every connection Accept gives says who is at its
 // other end (PeerOf). With a key, Accept gives only connections that
-// have authenticated (TLS), each within HandshakeTimeout: one that cannot
-// never takes a server's connection slot; it is logged and closed.
+// have authenticated (TLS), each within lc.HandshakeTimeout: one that
+// cannot never takes a server's connection slot; it is logged and closed.
 func (lc ListenConfig) Listen(a Addr) (net.Listener, error) {
+	if lc.HandshakeTimeout <= 0 {
+		lc.HandshakeTimeout = DefaultAcceptTimeout
+	}
+	if lc.MaxHandshakes <= 0 {
+		lc.MaxHandshakes = maxHandshakes
+	}
 	if lc.Key.isUserKey() {
 		return nil, errors.New("a user key is a client's: a server takes a host key (shale keygen FILE)")
 	}
@@ -217,7 +234,8 @@ func (lc ListenConfig) Listen(a Addr) (net.Listener, error) {
 	}
 	priv, _ := lc.Key.hostPair()
 	tl := &tlsListener{Listener: l, cfg: cfg, host: priv.Public().(ed25519.PublicKey), auth: auth,
-		ready: make(chan net.Conn), done: make(chan struct{}), shaking: make(chan struct{}, maxHandshakes)}
+		ready: make(chan net.Conn), done: make(chan struct{}),
+		timeout: lc.HandshakeTimeout, shaking: NewPending(lc.MaxHandshakes)}
 	go tl.run()
 	return tl, nil
 }
@@ -255,8 +273,8 @@ func (l *tlsListener) peerOf(tc *tls.Conn) Peer {
 	return Peer{How: "TLS peer with a key no longer listed"}
 }
 
-// maxHandshakes bounds the connections authenticating at once; more are
-// closed at once.
+// maxHandshakes is the default bound of the connections authenticating at
+// once.
 const maxHandshakes = 128
 
 type tlsListener struct {
@@ -266,7 +284,8 @@ type tlsListener struct {
 	auth    *authorized       // user keys, or nil
 	ready   chan net.Conn     // authenticated connections
 	done    chan struct{}     // closed by Close
-	shaking chan struct{}     // a slot per handshake under way
+	timeout time.Duration     // of a handshake
+	shaking *Pending          // the handshakes under way
 	once    sync.Once
 	mu      sync.Mutex
 	err     error // why the accept loop ended
@@ -282,21 +301,18 @@ func (l *tlsListener) run() {
 			l.Close()
 			return
 		}
-		select {
-		case l.shaking <- struct{}{}:
-		default:
-			slog.Warn("9p: too many connections authenticating; closing one", "remote", c.RemoteAddr().String())
+		done := l.shaking.Add(PeerKey(c), func() {
+			slog.Warn("9p: too many connections authenticating; closing the oldest", "remote", c.RemoteAddr().String())
 			c.Close()
-			continue
-		}
-		go l.handshake(c)
+		})
+		go l.handshake(c, done)
 	}
 }
 
-func (l *tlsListener) handshake(c net.Conn) {
-	defer func() { <-l.shaking }()
+func (l *tlsListener) handshake(c net.Conn, done func()) {
+	defer done()
 	tc := tls.Server(c, l.cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		slog.Warn("9p: a client failed to authenticate", "remote", c.RemoteAddr().String(), "err", err)

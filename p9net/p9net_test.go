@@ -139,13 +139,7 @@ func TestKey(t *testing.T) {
 // TestAcceptOnlyAuthenticated: a keyed listener's Accept gives only clients
 // that hold the key; silent ones and others never take a server's slot.
 func TestAcceptOnlyAuthenticated(t *testing.T) {
-	key := Key("0123456789abcdef0123")
-	a := Addr{"unix", filepath.Join(t.TempDir(), "s.sock")}
-	l, err := Listen(a, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	a, key, l := listenKeyed(t, ListenConfig{})
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {

@@ -55,8 +55,11 @@ func (p Peer) String() string {
 
 // localPeer is the peer of a process of this machine with uid.
 func localPeer(uid uint32, how string) Peer {
-	return Peer{Any: uid == 0, UID: uid, Known: true, Principal: "uid:" + strconv.FormatUint(uint64(uid), 10), How: how}
+	return Peer{Any: uid == 0, UID: uid, Known: true, Principal: uidPrincipal(uid), How: how}
 }
+
+// uidPrincipal is the principal of a local user.
+func uidPrincipal(uid uint32) string { return "uid:" + strconv.FormatUint(uint64(uid), 10) }
 
 // PeerOf is who is at the other end of c, if c came from a listener of
 // Listen; ok is false for any other connection, which the listener's

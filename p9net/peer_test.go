@@ -8,8 +8,8 @@ import (
 )
 
 // TestPeer: without a key, a connection says who connected, as the
-// kernel tells it (SO_PEERCRED, /proc/net/tcp); a unix socket is made
-// mode 0660.
+// kernel tells it (SO_PEERCRED, /proc/net/tcp), for per-peer bounds too;
+// a unix socket is made mode 0660.
 func TestPeer(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	for _, a := range []Addr{{"unix", sock}, {"tcp", "127.0.0.1:0"}, {"tcp", "[::1]:0"}} {
@@ -41,6 +41,11 @@ func TestPeer(t *testing.T) {
 		}
 		if uid != 0 && p.May(uid+1) {
 			t.Errorf("%s: uid %d may attach as another", a, uid)
+		}
+		// Per-peer bounds count a local user's connections by uid,
+		// loopback TCP's too.
+		if k := PeerKey(sc); k != uidPrincipal(uid) {
+			t.Errorf("%s: PeerKey %q, want %q", a, k, uidPrincipal(uid))
 		}
 		sc.Close()
 	}

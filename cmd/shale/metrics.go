@@ -130,6 +130,8 @@ var (
 	serverGauges = map[string]bool{
 		"connections": true, "journals": true, "journals.connected": true,
 		"interest": true, "records.queued": true, "sprite.files": true,
+		"connections.sessions": true, "connections.pending": true,
+		"journals.bytes": true, "journals.bytes.abandoned": true,
 	}
 	serverSkipped = map[string]bool{
 		"epoch":    true, // an identity, not a quantity
@@ -142,6 +144,13 @@ var serverHelp = map[string]string{
 	"bytes.in":                  "Bytes of whole 9P messages read.",
 	"bytes.out":                 "Bytes of whole 9P messages written.",
 	"connections":               "Connections now.",
+	"connections.sessions":      "Connections admitted to a session now.",
+	"connections.pending":       "Connections before their first 9P message now.",
+	"connections.reaped":        "Idle sessions closed to admit another.",
+	"connections.refused":       "Connections refused a session (all busy).",
+	"journals.bytes":            "Estimated memory of all journals.",
+	"journals.bytes.abandoned":  "Estimated memory of the journals without a connection.",
+	"sprite.evictions":          "Clients that lost their caching of a file by failing a recall.",
 	"journals":                  "Journals of caching clients.",
 	"journals.connected":        "Journals with a connection now.",
 	"interest":                  "QIDs followed, all journals.",
@@ -157,7 +166,7 @@ var serverHelp = map[string]string{
 	"sprite.opens.grace":        "Opens that waited for clients to reclaim after an unclean restart.",
 	"sprite.recall.timeouts":    "Recalls given up on: the open went on without the client's delayed writes.",
 	"sprite.writebacks":         "Opens that only write back a client's delayed data.",
-	"sprite.writebacks.refused": "Write-backs and reclaims refused: they would undo another client's writes (ESTALE), or name a file the client never held open for writing (EPERM).",
+	"sprite.writebacks.refused": "Write-backs and reclaims refused: they would undo another client's writes, or come from a client that failed a recall of the file (ESTALE), or name a file the client never held open for writing (EPERM).",
 	"sprite.reclaims.unheld":    "Reclaims refused (EPERM): the client never held the file open for writing.",
 }
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/shalefs/shale/export"
@@ -33,7 +34,14 @@ type serveFlags struct {
 	noRootSquash bool
 	maxConns     int
 	maxFids      int
-	upstream     string
+	// Bounds no client can break (export.Options, p9net.ListenConfig).
+	perPeer          int
+	idle             time.Duration
+	handshakeTimeout time.Duration
+	maxJournals      int
+	journalBytes     string
+	journalMemory    string
+	upstream         string
 	// The cache controller's bounds (export.Options).
 	journalRecords  int
 	journalAge      time.Duration
@@ -117,6 +125,13 @@ start, the last server of the same address and LOWER did not end cleanly
 (a crash, kill -9): for --grace, opens wait for clients to reclaim the
 delayed writes they hold.
 
+No client can hold the server: a connection has --handshake-timeout to
+authenticate and send its first 9P message; past --max-conns a newcomer takes
+the place of the session idle longest (--idle; a quiet mount reconnects when
+it needs to); journals are bounded (--max-journals, --journal-bytes,
+--journal-memory: overflow tells a client to drop its cache); and a client
+that fails a recall loses its caching of that file (docs/network.md).
+
 --metrics HOST:PORT serves the server's counters (the "stats" file, as
 shale_server_* metrics; with a 9p:// lower, its client's as shale_client_*)
 to Prometheus on http://HOST:PORT/metrics.`,
@@ -133,7 +148,13 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.StringVar(&f.socketMode, "socket-mode", "0660", "with --listen unix:PATH: the socket's mode (connecting takes write permission)")
 	fl.StringVar(&f.socketGroup, "socket-group", "", "with --listen unix:PATH: the socket's group, a name or gid (default: the server's)")
 	fl.BoolVar(&f.noRootSquash, "no-root-squash", false, "let clients' uid 0 act as root instead of nobody")
-	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once")
+	fl.IntVar(&f.maxConns, "max-conns", 64, "most clients connected at once; past it a new one takes the place of the one idle longest (--idle)")
+	fl.IntVar(&f.perPeer, "max-conns-per-peer", 0, "most clients connected at once of one uid (over a unix socket, or loopback TCP without --keyfile) or from one address (over TCP, loopback otherwise excepted); 0 for half of --max-conns")
+	fl.DurationVar(&f.idle, "idle", 2*time.Second, "how long a client may go without a request (a caching client's waiting journal read aside) before it may be disconnected to admit another when --max-conns are connected; it reconnects when it needs to")
+	fl.DurationVar(&f.handshakeTimeout, "handshake-timeout", p9net.DefaultAcceptTimeout, "how long a new connection has to authenticate (--keyfile), and then to send its first 9P message")
+	fl.IntVar(&f.maxJournals, "max-journals", 4096, "most journals of caching clients kept; past it those without a connection longest are deleted")
+	fl.StringVar(&f.journalBytes, "journal-bytes", "16MiB", "most memory one client's journal holds (its records and the files it follows); past it the client is told to drop everything")
+	fl.StringVar(&f.journalMemory, "journal-memory", "128MiB", "most memory all journals hold; past it the largest are told to drop everything, those of clients not connected first (past an eighth of it)")
 	fl.IntVar(&f.maxFids, "max-fids", 16384, "most fids (open or walked files) one client holds")
 	fl.StringVar(&f.upstream, "upstream", "", "serve the tree of this 9P2000.L server instead of LOWER: tcp:HOST:PORT[/ANAME], unix:PATH[?aname=ANAME] or a 9p:// URL")
 	fl.IntVar(&f.journalRecords, "journal-records", 65536, "most records queued in one client's journal; past it the client is told to drop everything")
@@ -238,6 +259,10 @@ func runServe(f *serveFlags, args []string) error {
 	if f.journalRecords < 1 || f.journalInterest < 1 || f.journalAge <= 0 {
 		return fmt.Errorf("--journal-records %d, --journal-interest %d, --journal-age %v: say positive bounds", f.journalRecords, f.journalInterest, f.journalAge)
 	}
+	bounds, err := serveBounds(f)
+	if err != nil {
+		return err
+	}
 	switch {
 	case f.recallTimeout <= 0:
 		return fmt.Errorf("--recall-timeout %v: say a positive duration such as 10s", f.recallTimeout)
@@ -314,10 +339,17 @@ func runServe(f *serveFlags, args []string) error {
 		names = append(names, fmt.Sprintf("%q (layer %d)", e.Name, e.Layer))
 	}
 	srv := export.New(st, roots, export.Options{
-		NoRootSquash: f.noRootSquash,
-		MaxConns:     f.maxConns,
-		MaxFids:      f.maxFids,
-		Logger:       logger,
+		NoRootSquash:    f.noRootSquash,
+		MaxConns:        f.maxConns,
+		MaxConnsPerPeer: f.perPeer,
+		Idle:            f.idle,
+		FirstTimeout:    f.handshakeTimeout,
+		MaxFids:         f.maxFids,
+		Logger:          logger,
+
+		MaxJournals:   f.maxJournals,
+		JournalBytes:  bounds.journalBytes,
+		JournalMemory: bounds.journalMemory,
 
 		JournalRecords:  f.journalRecords,
 		JournalAge:      f.journalAge,
@@ -373,9 +405,38 @@ func runServe(f *serveFlags, args []string) error {
 	return err
 }
 
+// serveLimits are the sizes of serve's bounds, parsed.
+type serveLimits struct{ journalBytes, journalMemory int64 }
+
+// serveBounds checks the bounds no client can break.
+func serveBounds(f *serveFlags) (serveLimits, error) {
+	var b serveLimits
+	switch {
+	case f.perPeer < 0:
+		return b, fmt.Errorf("--max-conns-per-peer %d: say at least 1, or 0 for half of --max-conns", f.perPeer)
+	case f.idle <= 0:
+		return b, fmt.Errorf("--idle %v: say a positive duration such as 2s", f.idle)
+	case f.handshakeTimeout <= 0:
+		return b, fmt.Errorf("--handshake-timeout %v: say a positive duration such as 5s", f.handshakeTimeout)
+	case f.maxJournals < f.maxConns:
+		return b, fmt.Errorf("--max-journals %d: say at least --max-conns (%d): every client may have one", f.maxJournals, f.maxConns)
+	}
+	for _, x := range []struct {
+		flag, val string
+		to        *int64
+	}{{"--journal-bytes", f.journalBytes, &b.journalBytes}, {"--journal-memory", f.journalMemory, &b.journalMemory}} {
+		n, err := humanize.ParseBytes(x.val)
+		if err != nil || n < 64<<10 || n > 1<<50 {
+			return b, fmt.Errorf("%s %s: say a size such as 16MiB (at least 64KiB)", x.flag, x.val)
+		}
+		*x.to = int64(n)
+	}
+	return b, nil
+}
+
 // listenConfig is who may connect to addr, from serve's flags.
 func listenConfig(f *serveFlags, addr p9net.Addr) (p9net.ListenConfig, error) {
-	var lc p9net.ListenConfig
+	lc := p9net.ListenConfig{HandshakeTimeout: f.handshakeTimeout}
 	if f.keyFile != "" {
 		key, err := p9net.LoadKey(f.keyFile)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 )
 
 // Build builds cmd/shale into dir (CGO_ENABLED=0, as scripts/setup.sh
@@ -34,4 +35,19 @@ func InitCrypt(shale, lower, pass string) ([]string, error) {
 		return nil, fmt.Errorf("shale init: %v: %s", err, out)
 	}
 	return []string{"--passfile", pass}, nil
+}
+
+// RaiseNoFile lets the calling process hold n descriptors (tests that
+// open a thousand connections); it returns the limit it got.
+func RaiseNoFile(n uint64) (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur >= n {
+		return l.Cur, nil
+	}
+	l.Cur = min(n, l.Max)
+	err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	return l.Cur, err
 }

@@ -140,26 +140,6 @@ func TestIdentHelperProbe(t *testing.T) {
 	}
 }
 
-// dialAs connects to a server and attaches its tree as fid 0 as uid.
-func dialAs(t *testing.T, network, address string, uid uint32) *p9 {
-	t.Helper()
-	c, err := net.Dial(network, address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return session(t, c, uid)
-}
-
-// session starts 9P on c and attaches as uid, as fid 0.
-func session(t *testing.T, c net.Conn, uid uint32) *p9 {
-	t.Helper()
-	t.Cleanup(func() { c.Close() })
-	p := &p9{t, c}
-	p.rpc("version", p9wire.Tversion, uint32(64<<10), p9wire.Version)
-	p.rpc("attach", p9wire.Tattach, uint32(0), p9wire.NoFid, "", "", uid)
-	return p
-}
-
 // sendRecord writes rec to the journal opened as fid 100.
 func (p *p9) sendRecord(rec journal.Record) syscall.Errno {
 	b := journal.Append(nil, &rec)

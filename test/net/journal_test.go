@@ -25,17 +25,56 @@ type p9 struct {
 	c net.Conn
 }
 
-func dial9p(t *testing.T, sock string) *p9 {
+// dialAs connects to a server and attaches its tree as fid 0 as uid.
+func dialAs(t *testing.T, network, address string, uid uint32) *p9 {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
+	c, err := net.Dial(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return session(t, c, uid)
+}
+
+// session starts 9P on c and attaches as uid, as fid 0.
+func session(t *testing.T, c net.Conn, uid uint32) *p9 {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	p := &p9{t, c}
 	p.rpc("version", p9wire.Tversion, uint32(64<<10), p9wire.Version)
-	p.rpc("attach", p9wire.Tattach, uint32(0), p9wire.NoFid, "", "", uint32(0))
+	p.rpc("attach", p9wire.Tattach, uint32(0), p9wire.NoFid, "", "", uid)
 	return p
+}
+
+// frame9p is a request of typ with tag and fields (uint8/16/32/64,
+// string, []byte).
+func frame9p(typ uint8, tag uint16, fields ...any) []byte {
+	var b bytes.Buffer
+	b.Write([]byte{0, 0, 0, 0, typ, byte(tag), byte(tag >> 8)})
+	for _, f := range fields {
+		switch v := f.(type) {
+		case string:
+			binary.Write(&b, binary.LittleEndian, uint16(len(v)))
+			b.WriteString(v)
+		case []byte:
+			b.Write(v)
+		default:
+			binary.Write(&b, binary.LittleEndian, v)
+		}
+	}
+	m := b.Bytes()
+	binary.LittleEndian.PutUint32(m, uint32(len(m)))
+	return m
+}
+
+// recv reads a reply: its type and body.
+func (p *p9) recv() (uint8, []byte, error) {
+	var hdr [7]byte
+	if _, err := io.ReadFull(p.c, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	body := make([]byte, binary.LittleEndian.Uint32(hdr[:])-7)
+	_, err := io.ReadFull(p.c, body)
+	return hdr[4], body, err
 }
 
 // rpc sends a request of typ with fields (uint8/16/32/64, string, []byte)
@@ -52,35 +91,16 @@ func (p *p9) rpc(what string, typ uint8, fields ...any) []byte {
 // try is rpc that returns an Rlerror's errno.
 func (p *p9) try(what string, typ uint8, fields ...any) ([]byte, syscall.Errno) {
 	p.t.Helper()
-	var b bytes.Buffer
-	b.Write([]byte{0, 0, 0, 0, typ, 1, 0})
-	for _, f := range fields {
-		switch v := f.(type) {
-		case string:
-			binary.Write(&b, binary.LittleEndian, uint16(len(v)))
-			b.WriteString(v)
-		case []byte:
-			b.Write(v)
-		default:
-			binary.Write(&b, binary.LittleEndian, v)
-		}
-	}
-	m := b.Bytes()
-	binary.LittleEndian.PutUint32(m, uint32(len(m)))
 	// Generous: a journal read waits for another request's change.
 	p.c.SetDeadline(time.Now().Add(60 * time.Second))
-	if _, err := p.c.Write(m); err != nil {
+	if _, err := p.c.Write(frame9p(typ, 1, fields...)); err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
-	var hdr [7]byte
-	if _, err := io.ReadFull(p.c, hdr[:]); err != nil {
+	rtyp, body, err := p.recv()
+	if err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
-	body := make([]byte, binary.LittleEndian.Uint32(hdr[:])-7)
-	if _, err := io.ReadFull(p.c, body); err != nil {
-		p.t.Fatalf("%s: %v", what, err)
-	}
-	if hdr[4] == p9wire.Rlerror {
+	if rtyp == p9wire.Rlerror {
 		return nil, syscall.Errno(binary.LittleEndian.Uint32(body))
 	}
 	return body, 0
@@ -149,7 +169,7 @@ func TestJournalUpstream(t *testing.T) {
 	sock := filepath.Join(dir, "shale.sock")
 	serve(t, sock, "--no-root-squash", "--upstream", "unix:"+diodSock+"?aname="+lower)
 
-	a, b := dial9p(t, sock), dial9p(t, sock)
+	a, b := dialAs(t, "unix", sock, 0), dialAs(t, "unix", sock, 0)
 	a.openJournal("6a1b2c3d-0000-4000-8000-00000000000a")
 	b.openJournal("6a1b2c3d-0000-4000-8000-00000000000b")
 	qa := a.walkStat(1, "hello")

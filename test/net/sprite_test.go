@@ -91,7 +91,13 @@ func num(m map[string]any, path ...string) float64 {
 // serverStats is the server's statistics file (shale stats 9p://ADDR/).
 func serverStats(t *testing.T, addr string) map[string]uint64 {
 	t.Helper()
-	out := run(t, shale, "stats", "9p://"+addr+"/")
+	return urlStats(t, "9p://"+addr+"/")
+}
+
+// urlStats is the statistics file of the server of a 9p:// URL.
+func urlStats(t *testing.T, url string) map[string]uint64 {
+	t.Helper()
+	out := run(t, shale, "stats", url)
 	m := map[string]uint64{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)

@@ -1,0 +1,50 @@
+package export
+
+import "time"
+
+// Eviction (cf. CephFS evicting a client that fails to release its
+// capabilities): a connected client that does not answer a recall of a
+// file within the recall timeout loses its caching of that file for
+// evictFor (the journal age). Its opens of it then answer NoCache (it
+// reads and writes through, and holds nothing for others to wait for),
+// it is asked nothing more of it, and its write-backs of what it held
+// back are refused (ESTALE): through a new write-back open or reclaim,
+// and through the handles it had open (their spriteOpen is revoked). Its
+// client keeps a conflict copy of the refused data and reports it, as for
+// any refused write-back. So a client that ignores recalls stalls
+// others' opens of a file once, not again at each of its opens for
+// writing.
+
+// evictLocked takes h's caching of st away.
+func (sp *sprite) evictLocked(st *fstate, h *jrnl) {
+	st.evicted[h] = time.Now().Add(sp.evictFor)
+	sp.evictions.Add(1)
+	for oc, o := range st.opens {
+		if oc.journal.Load() == h {
+			for _, so := range o.sos {
+				so.revoked.Store(true)
+			}
+		}
+	}
+}
+
+// isEvictedLocked tells whether h (nil: none) may cache none of st now.
+func (st *fstate) isEvictedLocked(h *jrnl) bool {
+	until, ok := st.evicted[h]
+	if ok && !time.Now().Before(until) {
+		delete(st.evicted, h)
+		return false
+	}
+	return ok
+}
+
+// evictingLocked tells whether an eviction of st still holds (and forgets
+// those past).
+func (st *fstate) evictingLocked(now time.Time) bool {
+	for h, until := range st.evicted {
+		if !now.Before(until) {
+			delete(st.evicted, h)
+		}
+	}
+	return len(st.evicted) > 0
+}
