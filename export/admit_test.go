@@ -294,3 +294,51 @@ func TestRecallIgnoredOpenHandle(t *testing.T) {
 		t.Errorf("LOWER holds %q", b)
 	}
 }
+
+// A client that answers a recall slowly, writing the file back for
+// longer than the recall timeout (much delayed data over a slow link),
+// is waited for while it writes, not evicted.
+func TestRecallSlowAnswer(t *testing.T) {
+	const recall = 500 * time.Millisecond
+	f, a := spriteFixture(t, recall)
+	a.must(t, "walk", twalk(1, 0, 1, "f"))
+	if typ, _ := a.rpc(t, frame(tLopen, 1, uint32(1), uint32(syscall.O_RDWR))); typ == rLerror {
+		t.Fatal("A's open for writing failed")
+	}
+	a.must(t, "clunk", frame(tClunk, 1, uint32(1)))
+	b := f.other(t)
+	took := make(chan time.Duration, 1)
+	go func() { took <- openTime(t, b, 60, "f") }()
+	asked := func() bool {
+		f.s.sp.mu.Lock()
+		defer f.s.sp.mu.Unlock()
+		for _, st := range f.s.sp.files {
+			if len(st.asked) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !asked(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's open recalled nothing")
+		}
+	}
+	// A writes back, a byte at a time, for four recall timeouts.
+	a.must(t, "walk", twalk(1, 0, 2, "f"))
+	a.must(t, "write-back open", frame(tLopen, 1, uint32(2), uint32(syscall.O_WRONLY)|journal.WriteBack))
+	start := time.Now()
+	for i := 0; time.Since(start) < 4*recall; i++ {
+		a.must(t, "write back", frame(tWrite, 1, uint32(2), uint64(i), uint32(1), []byte("A")))
+		time.Sleep(recall / 5)
+	}
+	select {
+	case d := <-took:
+		t.Fatalf("B's open returned after %v, while A was still writing the file back", d)
+	default:
+	}
+	if n := f.s.sp.evictions.Load(); n != 0 {
+		t.Fatalf("A was evicted while writing back (%d evictions)", n)
+	}
+	<-took // A stops without a Clean: B's open goes on a recall timeout later
+}

@@ -15,6 +15,34 @@ import "time"
 // others' opens of a file once, not again at each of its opens for
 // writing.
 
+// maxProgress bounds, in recall timeouts, how long a client writing the
+// file back keeps others' opens waiting.
+const maxProgress = 10
+
+// progress is told of a write of k's file through c. A client asked to
+// write the file back that writes it is answering, however slowly (much
+// delayed data over a slow link): its recall's deadline moves to the
+// recall timeout after this write, up to maxProgress timeouts after the
+// ask, so that a slow answer is not taken for none and evicted.
+func (sp *sprite) progress(k interestKey, c *conn) {
+	h := c.journal.Load()
+	if h == nil {
+		return
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	st := sp.files[k]
+	if st == nil {
+		return
+	}
+	if a, ok := st.asked[h]; ok {
+		if now := time.Now(); now.Sub(a.first) < maxProgress*sp.recallTimeout {
+			a.at = now
+			st.asked[h] = a
+		}
+	}
+}
+
 // evictLocked takes h's caching of st away.
 func (sp *sprite) evictLocked(st *fstate, h *jrnl) {
 	st.evicted[h] = time.Now().Add(sp.evictFor)

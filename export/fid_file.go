@@ -225,6 +225,9 @@ func (f *fileFid) write(ctx context.Context, m *p9wire.Write) (p9wire.Message, s
 	if f.so != nil {
 		f.c.s.sp.changed(ctx, f.so.k, f.c)
 	}
+	if f.c.s.opts.Sprite {
+		f.c.s.sp.progress(interestKey{f.r, f.qid().Path}, f.c)
+	}
 	return &p9wire.WriteReply{Count: uint32(k)}, 0
 }
 

@@ -81,8 +81,9 @@ type fstate struct {
 type ask struct {
 	seq     uint64
 	uncache bool
-	at      time.Time
-	dirty   uint32 // dirty[h] when asked
+	at      time.Time // when asked, or when the client last wrote the file since (progress)
+	first   time.Time // when asked
+	dirty   uint32    // dirty[h] when asked
 }
 
 type opens struct {
@@ -336,7 +337,8 @@ func (sp *sprite) askLocked(st *fstate, k interestKey, h *jrnl, kind journal.Kin
 		return
 	}
 	seq := h.add(journal.Record{Kind: kind, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: k.path}})
-	st.asked[h] = ask{seq: seq, uncache: uncache, at: time.Now(), dirty: st.dirty[h]}
+	now := time.Now()
+	st.asked[h] = ask{seq: seq, uncache: uncache, at: now, first: now, dirty: st.dirty[h]}
 	if uncache {
 		st.told[h] = true
 	}
