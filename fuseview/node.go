@@ -86,18 +86,17 @@ func fillAttr(a *layer.Attr, tok layer.Token, out *fuse.Attr) {
 	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
 }
 
-// child returns the inode for a node a directory operation produced.
-func (i *inode) child(ctx context.Context, name string, c layer.Node, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
+// child returns the inode for a node a directory operation produced:
+// always a new one, which go-fuse swaps, under its own lock, for the
+// inode the kernel holds of the same file if it holds one. Handing back
+// that inode ourselves (GetChild) raced with the kernel's FORGET of it:
+// go-fuse then brought it back to life after OnForget had let its layer
+// node go, and the kernel used a node whose file had no names (ESTALE,
+// and a remote client's delayed writes with no path to go back by). A
+// new inode that loses the swap lets its layer node go when collected.
+func (i *inode) child(ctx context.Context, c layer.Node, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	tok := c.Token()
 	fillAttr(a, tok, &out.Attr)
-	// Most lookups find a file the kernel already knows: reuse its inode
-	// and let the new layer node go now rather than at the next GC.
-	if old := i.GetChild(name); old != nil {
-		if st := old.StableAttr(); st.Ino == tok.Ino && st.Gen == tok.Gen && st.Mode == a.Mode&syscall.S_IFMT {
-			c.Forget()
-			return old
-		}
-	}
 	return i.NewInode(ctx, i.v.newInode(c), fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
 }
 
@@ -109,7 +108,7 @@ func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*f
 		return nil, e
 	}
 	tok := c.Token()
-	ch := i.child(ctx, name, c, &a, out)
+	ch := i.child(ctx, c, &a, out)
 	if i.v.cached.Changed(tok, mark) {
 		// Changed while we looked, before the kernel knew the file to be
 		// told: what we found may be older; the kernel asks again.
@@ -173,7 +172,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 	if e != 0 {
 		return nil, e
 	}
-	return i.child(ctx, name, c, &a, out), 0
+	return i.child(ctx, c, &a, out), 0
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -183,7 +182,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 	if e != 0 {
 		return nil, e
 	}
-	return i.child(ctx, name, c, &a, out), 0
+	return i.child(ctx, c, &a, out), 0
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -193,7 +192,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 	if e != 0 {
 		return nil, e
 	}
-	return i.child(ctx, name, c, &a, out), 0
+	return i.child(ctx, c, &a, out), 0
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -207,7 +206,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 	if e != 0 {
 		return nil, e
 	}
-	return i.child(ctx, name, c, &a, out), 0
+	return i.child(ctx, c, &a, out), 0
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -217,7 +216,7 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return i.child(ctx, name, c, &a, out), i.v.newHandle(h, c.Token()), 0, 0
+	return i.child(ctx, c, &a, out), i.v.newHandle(h, c.Token()), 0, 0
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
