@@ -260,38 +260,63 @@ func TestRecallIgnored(t *testing.T) {
 			t.Errorf("B's open %d waited %v for A again", i+2, took)
 		}
 	}
-	// What A held back is refused: through a write-back open.
-	if typ, body := openW(9, uint32(syscall.O_WRONLY)|journal.WriteBack); typ != rLerror {
-		t.Error("A's write-back open was accepted")
-	} else if e, _ := lerror(typ, body); e != uint32(syscall.ESTALE) {
-		t.Errorf("A's write-back open: errno %d, want ESTALE", e)
+	// What A held back it may still write back, no one else having
+	// opened the file for writing: through a write-back open, and a
+	// reclaim, which marks nothing B waits for.
+	if typ, body := openW(9, uint32(syscall.O_WRONLY)|journal.WriteBack); typ == rLerror {
+		e, _ := lerror(typ, body)
+		t.Errorf("A's write-back open after its failed recall, no one else writing: errno %d", e)
 	}
-	// And through a reclaim, though A was the file's last writer (an
-	// unheld one would be EPERM).
 	q := a.walkTo(t, 10, "f")
 	dirty := journal.Append(nil, &journal.Record{Kind: journal.Dirty, Qid: q})
-	typ, body := a.rpc(t, frame(tWrite, 1, uint32(jfid), uint64(0), uint32(len(dirty)), dirty))
-	if e, err := lerror(typ, body); err != nil || e != uint32(syscall.ESTALE) {
-		t.Errorf("A's reclaim after a failed recall: errno %d (%v), want ESTALE", e, err)
+	reclaim := func() uint32 {
+		typ, body := a.rpc(t, frame(tWrite, 1, uint32(jfid), uint64(0), uint32(len(dirty)), dirty))
+		if typ != rLerror {
+			return 0
+		}
+		e, _ := lerror(typ, body)
+		return e
+	}
+	if e := reclaim(); e != 0 {
+		t.Errorf("A's reclaim after a failed recall, no one else writing: errno %d", e)
+	}
+	if took := openTime(t, b, 61, "f"); took >= recall {
+		t.Errorf("B's open waited %v for A's reclaim", took)
+	}
+	b.must(t, "clunk", frame(tClunk, 1, uint32(61)))
+	// Once B opened it for writing, what A held back is refused.
+	b.must(t, "walk", twalk(1, 0, 62, "f"))
+	b.must(t, "open", frame(tLopen, 1, uint32(62), uint32(syscall.O_WRONLY)))
+	if typ, body := openW(11, uint32(syscall.O_WRONLY)|journal.WriteBack); typ != rLerror {
+		t.Error("A's write-back open after B's open for writing was accepted")
+	} else if e, _ := lerror(typ, body); e != uint32(syscall.ESTALE) {
+		t.Errorf("A's write-back open after B's: errno %d, want ESTALE", e)
+	}
+	if e := reclaim(); e != uint32(syscall.ESTALE) {
+		t.Errorf("A's reclaim after B's open for writing: errno %d, want ESTALE", e)
 	}
 	if n := f.s.sp.evictions.Load(); n != 1 {
 		t.Errorf("evictions %d, want 1", n)
 	}
 }
 
-// A handle its client had open when it failed a recall writes no more.
+// A handle its client had open when it failed a recall writes on, until
+// another client opens the file for writing: then it writes no more.
 func TestRecallIgnoredOpenHandle(t *testing.T) {
 	f, a := spriteFixture(t, 500*time.Millisecond)
 	a.must(t, "walk", twalk(1, 0, 1, "f"))
 	a.must(t, "open", frame(tLopen, 1, uint32(1), uint32(syscall.O_RDWR)))
 	b := f.other(t)
 	openTime(t, b, 60, "f") // shared: A is asked to stop caching, and does not answer
-	typ, body := a.rpc(t, frame(tWrite, 1, uint32(1), uint64(0), uint32(1), []byte("A")))
+	a.must(t, "write after a reader's open", frame(tWrite, 1, uint32(1), uint64(0), uint32(1), []byte("A")))
+	b.must(t, "walk", twalk(1, 0, 61, "f"))
+	b.must(t, "open", frame(tLopen, 1, uint32(61), uint32(syscall.O_WRONLY)))
+	typ, body := a.rpc(t, frame(tWrite, 1, uint32(1), uint64(1), uint32(1), []byte("A")))
 	if e, err := lerror(typ, body); err != nil || e != uint32(syscall.ESTALE) {
-		t.Errorf("A's write through its handle after a failed recall: errno %d (%v), want ESTALE", e, err)
+		t.Errorf("A's write through its handle after B's open for writing: errno %d (%v), want ESTALE", e, err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(f.dir, "f")); string(b) != "server's" {
-		t.Errorf("LOWER holds %q", b)
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "f")); string(b) != "Aerver's" {
+		t.Errorf("LOWER holds %q, want %q", b, "Aerver's")
 	}
 }
 

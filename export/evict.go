@@ -4,16 +4,29 @@ import "time"
 
 // Eviction (cf. CephFS evicting a client that fails to release its
 // capabilities): a connected client that does not answer a recall of a
-// file within the recall timeout loses its caching of that file for
-// evictFor (the journal age). Its opens of it then answer NoCache (it
-// reads and writes through, and holds nothing for others to wait for),
-// it is asked nothing more of it, and its write-backs of what it held
-// back are refused (ESTALE): through a new write-back open or reclaim,
-// and through the handles it had open (their spriteOpen is revoked). Its
-// client keeps a conflict copy of the refused data and reports it, as for
-// any refused write-back. So a client that ignores recalls stalls
-// others' opens of a file once, not again at each of its opens for
-// writing.
+// file within the recall timeout (while writing it back, progress moves
+// the deadline) loses its caching of that file for evictFor (the journal
+// age). Its opens of it then answer NoCache (it reads and writes
+// through, and holds nothing for others to wait for), it is asked
+// nothing more of it, and a reclaim of it marks nothing others wait for.
+// So a client that ignores recalls stalls others' opens of a file once,
+// not again at each of its opens for writing. What it held back it may
+// still write back, as any late write-back, unless another client opened
+// the file for writing since: then its write-back opens, reclaims, and
+// writes through the handles it had open (their spriteOpen is revoked)
+// are refused (ESTALE), and its client keeps a conflict copy. Refusing
+// them whenever it was late would lose a client's data to a reader's
+// open during a network stall.
+
+// writtenElsewhere tells whether a client other than c's opened k's file
+// for writing since c's client did.
+func (sp *sprite) writtenElsewhere(k interestKey, c *conn) bool {
+	me := c.journal.Load()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	st := sp.files[k]
+	return st != nil && st.lastWriter != nil && st.lastWriter != me
+}
 
 // maxProgress bounds, in recall timeouts, how long a client writing the
 // file back keeps others' opens waiting.

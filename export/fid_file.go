@@ -213,9 +213,10 @@ func (f *fileFid) write(ctx context.Context, m *p9wire.Write) (p9wire.Message, s
 	if m.Offset > math.MaxInt64-uint64(len(m.Data)) {
 		return nil, syscall.EINVAL // as pwrite(2): the end would overflow
 	}
-	if f.so != nil && f.so.revoked.Load() {
-		// Its client failed a recall of the file since this open: what
-		// it writes now may be what it held back (evict.go).
+	if f.so != nil && f.so.revoked.Load() && f.c.s.sp.writtenElsewhere(f.so.k, f.c) {
+		// Its client failed a recall of the file since this open, and
+		// another opened it for writing since: what it writes now may be
+		// what it held back, over the other's (evict.go).
 		return nil, syscall.ESTALE
 	}
 	k, e := f.h.Write(ctx, m.Data, int64(m.Offset))

@@ -466,7 +466,7 @@ func (sp *sprite) writeBack(k interestKey, c *conn) syscall.Errno {
 	me := c.journal.Load()
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if st := sp.stateLocked(k); me == nil || st.lastWriter != nil && st.lastWriter != me || st.isEvictedLocked(me) {
+	if st := sp.stateLocked(k); me == nil || st.lastWriter != nil && st.lastWriter != me {
 		sp.refused.Add(1)
 		return syscall.ESTALE
 	}

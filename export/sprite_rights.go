@@ -17,29 +17,33 @@ import (
 // dirtyFrom takes a client's Dirty of path: a reclaim after a
 // reconnection. It is refused with ESTALE if another client opened the
 // file for writing since the server started (writing back would undo
-// that) or h lost its caching of it (evict.go), and with EPERM if h never
-// held it.
+// that), and with EPERM if h never held it. If h lost its caching of the
+// file (evict.go), it is taken but marks nothing others wait for.
 func (sp *sprite) dirtyFrom(h *jrnl, path uint64) syscall.Errno {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	ks := sp.s.rootKeys(path)
-	held := false
+	held, evicted := false, false
 	for _, k := range ks {
 		st := sp.files[k]
 		if st == nil {
 			continue
 		}
-		if w := st.lastWriter; w != nil && w != h || st.isEvictedLocked(h) {
+		if w := st.lastWriter; w != nil && w != h {
 			sp.refused.Add(1)
 			return syscall.ESTALE
 		}
 		held = held || st.lastWriter == h || writingLocked(st, h)
+		evicted = evicted || st.isEvictedLocked(h)
 	}
 	if !held && !sp.s.rights.reclaimable(h.name, h.owner, path) {
 		sp.refused.Add(1)
 		sp.forged.Add(1)
 		sp.s.log.Warn("9p: a reclaim refused: the client never held the file open for writing", "client", h.name, "peer", h.owner, "qid", path)
 		return syscall.EPERM
+	}
+	if evicted {
+		return 0 // it may write back, but no open waits for it (evict.go)
 	}
 	for _, k := range ks {
 		st := sp.stateLocked(k)

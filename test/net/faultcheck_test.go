@@ -45,9 +45,11 @@ func (h *faultHarness) finish() {
 		report   = func(format string, args ...any) { problems++; t.Errorf(format, args...) }
 	)
 	sum.byKind, sum.failWhy = map[string]int{}, map[string]int{}
+	models := map[string]*faultModel{} // by workload
 	for _, w := range h.works {
 		killed := w.killStart != 0
 		m := newFaultModel(w.inst)
+		models[w.inst] = m
 		bads, diffs := 0, 0
 		touched := map[*faultOp][]int{} // the files each operation named
 		w.mu.Lock()
@@ -227,6 +229,17 @@ func (h *faultHarness) finish() {
 		len(h.works), sum.killed, sum.ops, sum.acked, strings.Join(byKind, ", "), sum.fails, strings.Join(whys, ", "),
 		sum.files, sum.bytes, sum.links, sum.wild,
 		sum.peeksChecked, sum.peeksStale, sum.peeksTorn, sum.peeksSkipped)
+	// A conflict copy keeps data off the server: here, where no client
+	// writes another's files, it is a loss, unless a failed operation
+	// left its name unknown (a rename the server made without answering).
+	for _, c := range h.clients {
+		for _, l := range conflictCopies(strings.Join(c.logs, "\n")) {
+			inst, name, _ := strings.Cut(strings.TrimPrefix(l.file, "/"), "/")
+			if m := models[inst]; m == nil || !m.isWild(name) {
+				report("client %s kept %s in a conflict copy, a name no failed operation left unknown:\n\t%s", c.name, l.file, l.line)
+			}
+		}
+	}
 	if len(sum.calm) > 0 {
 		report("%d operations failed with no fault in progress (the first %d):\n\t%s", len(sum.calm), min(len(sum.calm), 20),
 			strings.Join(sum.calm[:min(len(sum.calm), 20)], "\n\t"))
@@ -380,6 +393,29 @@ func (h *faultHarness) checkPeeks(sum *faultSummary, report func(string, ...any)
 
 // faultLogLines is the lines of a client's log that tell of trouble,
 // at most 40 (lost connections only counted).
+// conflictCopy is a client's log line of a conflict copy, and the file
+// it names.
+type conflictCopy struct{ line, file string }
+
+func conflictCopies(log string) []conflictCopy {
+	var cs []conflictCopy
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, "conflict copy") {
+			continue
+		}
+		file := ""
+		if _, rest, ok := strings.Cut(l, " file="); ok {
+			if strings.HasPrefix(rest, `"`) {
+				file, _ = strconv.Unquote(rest[:strings.Index(rest[1:], `"`)+2])
+			} else {
+				file, _, _ = strings.Cut(rest, " ")
+			}
+		}
+		cs = append(cs, conflictCopy{l, file})
+	}
+	return cs
+}
+
 func faultLogLines(log string) string {
 	var keep []string
 	n, conns := 0, 0
