@@ -144,9 +144,24 @@ func (s *Server) unwait(c *conn) {
 	s.mu.Unlock()
 }
 
-// isIdle tells whether c, a session, may be reaped now.
+// isIdle tells whether c, a session, may be reaped now: quiet for Idle,
+// or for a tenth of it if it holds nothing a reconnection would lose or
+// redo (no journal, no open file, no fid but an attach's), as a flood of
+// sessions that attach and wait does.
 func (s *Server) isIdle(c *conn, now int64) bool {
-	return now-c.last.Load() >= s.opts.Idle.Nanoseconds() && c.inflight.Load() == c.parked.Load()
+	if c.inflight.Load() != c.parked.Load() {
+		return false
+	}
+	quiet := now - c.last.Load()
+	if quiet >= s.opts.Idle.Nanoseconds() {
+		return true
+	}
+	if quiet < s.opts.Idle.Nanoseconds()/10 || c.journal.Load() != nil || c.handles.Load() > 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.fids) <= 1
 }
 
 // idleCountLocked is how many sessions are idle.
