@@ -2,13 +2,13 @@ package export
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // rights is the server's record of which clients may hold delayed writes
@@ -21,30 +21,27 @@ import (
 // reclaim over, nor make its opens wait for writes it never held.
 //
 // The file is a log: "+ UUID PATH PRINCIPAL" grants, "- UUID PATH"
-// revokes, appended (and synced) by a goroutine of its own, so that no
-// open waits for the disk under the server's locks. An open for writing
-// is answered once its grant is written (Recorded), not synced: a server
-// killed at any moment after it keeps the line; a machine's crash may
-// lose the lines of its last moments, whose clients' reclaims are then
+// revokes. An open for writing writes its grant (Recorded: a write(2),
+// outside the server's locks) before it is answered, so that a server
+// killed at any moment after keeps it; a goroutine of its own syncs the
+// file, and writes what revokes leave pending. A machine's crash may lose
+// the lines of its last moments, whose clients' reclaims are then
 // refused and their data kept as conflict copies, not lost.
 type rights struct {
 	log  *slog.Logger
 	path string // "": in memory only (nothing is reclaimable after a restart)
 
-	// Lock order: wmu, then mu. wmu orders the writes of the file: a
-	// batch taken is written before the next is taken.
+	// Lock order: wmu, then mu. wmu orders the writes of the file and
+	// guards f, the file open for appending.
 	wmu     sync.Mutex
+	f       *os.File
 	mu      sync.Mutex
 	held    map[rightKey]string // this server's grants: principal
 	prior   map[rightKey]string // the last server's, not reclaimed yet
 	pending []byte              // lines not written yet
 	lines   int                 // lines in the file
-	kick    chan struct{}       // pending has lines
+	kick    chan struct{}       // pending has lines, or the file a sync due
 	closed  bool
-	// queued counts the lines given to pending, written those in the
-	// file (synced or not); wrote is signalled as written grows.
-	queued, written uint64
-	wrote           *sync.Cond
 }
 
 type rightKey struct {
@@ -58,7 +55,6 @@ const rightsHeader = "shale-rights 1\n"
 // server's record there.
 func openRights(path string, log *slog.Logger) *rights {
 	r := &rights{log: log, path: path, held: map[rightKey]string{}, prior: map[rightKey]string{}, kick: make(chan struct{}, 1)}
-	r.wrote = sync.NewCond(&r.mu)
 	if path == "" {
 		return r
 	}
@@ -68,7 +64,7 @@ func openRights(path string, log *slog.Logger) *rights {
 	} else if !os.IsNotExist(err) {
 		log.Warn("9p: the clients' rights to reclaim delayed writes could not be read: reclaims after this restart are refused (their data is kept as conflict copies)", "file", path, "err", err)
 	}
-	if err := r.rewrite(0); err != nil {
+	if err := r.rewrite(); err != nil {
 		log.Warn("9p: the clients' rights to reclaim delayed writes cannot be recorded: after a restart their reclaims will be refused", "file", path, "err", err)
 		r.path = ""
 		return r
@@ -158,76 +154,78 @@ func (r *rights) addLocked(line string) {
 		return
 	}
 	r.pending = append(r.pending, line...)
-	r.queued++
+	r.kickLocked()
+}
+
+func (r *rights) kickLocked() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
-// Recorded waits until every line given so far is written to the file
-// (or for a second at most, if the disk hangs; or not at all without
-// a file): an open for writing is answered after its grant is there.
+// Recorded writes the lines given so far to the file, not synced: an
+// open for writing is answered after its grant is there.
 func (r *rights) Recorded() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.queued == r.written || r.path == "" {
+	none := len(r.pending) == 0
+	r.mu.Unlock()
+	if !none {
+		r.write()
+	}
+}
+
+// write writes the pending lines to the file, or rewrites the file when
+// most of its lines are dead, and has the flusher sync it.
+func (r *rights) write() {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.mu.Lock()
+	b := r.pending
+	r.pending = nil
+	n := strings.Count(string(b), "\n")
+	compact := r.lines+n > 2*(len(r.held)+len(r.prior))+1024
+	if r.closed || r.f == nil || len(b) == 0 {
+		r.mu.Unlock()
 		return
 	}
-	want := r.queued
-	t := time.AfterFunc(time.Second, func() {
+	r.kickLocked()
+	r.mu.Unlock()
+	var err error
+	if compact {
+		err = r.rewrite()
+	} else if _, err = r.f.Write(b); err == nil {
 		r.mu.Lock()
-		r.written = max(r.written, want) // given up on
-		r.wrote.Broadcast()
+		r.lines += n
 		r.mu.Unlock()
-	})
-	defer t.Stop()
-	for r.written < want && !r.closed && r.path != "" {
-		r.wrote.Wait()
+	}
+	if err != nil {
+		r.log.Warn("9p: recording the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
 	}
 }
 
-// flusher writes the pending lines, and rewrites the file when most of
-// its lines are dead.
+// flusher writes what no open wrote, and syncs the file; an open's write
+// does not wait for a sync under way.
 func (r *rights) flusher() {
 	for range r.kick {
+		r.write()
 		r.wmu.Lock()
-		r.mu.Lock()
-		b, upto := r.pending, r.queued
-		r.pending = nil
-		n := strings.Count(string(b), "\n")
-		compact := r.lines+n > 2*(len(r.held)+len(r.prior))+1024
-		r.mu.Unlock()
-		var err error
-		if compact {
-			err = r.rewrite(upto)
-		} else if err = r.appendLines(b, upto); err == nil {
-			r.mu.Lock()
-			r.lines += n
-			r.mu.Unlock()
-		}
+		f := r.f
 		r.wmu.Unlock()
-		if err != nil {
-			r.log.Warn("9p: recording the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
+		if f == nil {
+			return
+		}
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			r.log.Warn("9p: syncing the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
 		}
 	}
 }
 
-// wroteUpto tells the opens waiting that the lines up to seq are in the
-// file.
-func (r *rights) wroteUpto(seq uint64) {
+// rewrite replaces the file by the rights known now (written and synced
+// to a new file, renamed into place), and forgets the pending lines:
+// what they say is in it. wmu is held, or no other goroutine runs yet.
+func (r *rights) rewrite() error {
 	r.mu.Lock()
-	r.written = max(r.written, seq)
-	r.wrote.Broadcast()
-	r.mu.Unlock()
-}
-
-// rewrite replaces the file by the rights known now, and forgets the
-// pending lines (what they say is in it); upto is the last line given
-// before the call.
-func (r *rights) rewrite(upto uint64) error {
-	r.mu.Lock()
-	upto = max(upto, r.queued)
 	b := []byte(rightsHeader)
 	for _, m := range []map[rightKey]string{r.prior, r.held} {
 		for k, p := range m {
@@ -238,58 +236,43 @@ func (r *rights) rewrite(upto uint64) error {
 	r.lines = strings.Count(string(b), "\n")
 	r.mu.Unlock()
 	tmp := r.path + ".new"
-	err := writeSync(tmp, os.O_TRUNC|os.O_CREATE, b, nil)
-	if err == nil {
-		err = os.Rename(tmp, r.path)
-	}
-	if err == nil {
-		r.wroteUpto(upto)
-	}
-	return err
-}
-
-// appendLines appends b, the lines up to seq, to the file: the opens
-// waiting for them go on once they are written, before the sync.
-func (r *rights) appendLines(b []byte, seq uint64) error {
-	return writeSync(r.path, os.O_APPEND, b, func() { r.wroteUpto(seq) })
-}
-
-// writeSync writes b to path, opened with flag, tells wrote (if not nil),
-// and syncs it.
-func writeSync(path string, flag int, b []byte, wrote func()) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|flag, 0o600)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		if wrote != nil {
-			wrote()
-		}
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = os.Rename(tmp, r.path)
 	}
-	return err
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if r.f != nil {
+		r.f.Close()
+	}
+	r.f = f
+	return nil
 }
 
-// close writes what is pending, at the server's end.
+// close writes what is pending, at the server's end, and syncs it.
 func (r *rights) close() {
+	r.write()
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	r.mu.Lock()
-	b, upto := r.pending, r.queued
-	r.pending = nil
-	done := r.closed || r.path == ""
-	r.mu.Unlock()
-	if !done && len(b) > 0 {
-		if err := r.appendLines(b, upto); err != nil {
-			r.log.Warn("9p: recording the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
-		}
-	}
-	r.mu.Lock()
+	was := r.closed
 	r.closed = true
-	r.wrote.Broadcast()
 	r.mu.Unlock()
+	if was {
+		return
+	}
+	if r.f != nil {
+		r.f.Sync()
+		r.f.Close()
+		r.f = nil
+	}
+	close(r.kick)
 }
