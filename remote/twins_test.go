@@ -33,6 +33,18 @@ func TestTwinDirectoryNames(t *testing.T) {
 			d2.Forget() // the next reconnection's invalidation
 			return "d/g"
 		}},
+		{"rename, then a new file at the old name", func(t *testing.T, d2, f2 layer.Node) string {
+			must(t, d2.Rename(bg, "f", d2, "g", 0), "rename f g")
+			_, h := create(t, d2, "f")
+			write(t, h, 0, "new")
+			must(t, h.Fsync(bg, false), "fsync the new f")
+			h.Release(bg)
+			f2.Forget()
+			d2.Forget()
+			return "d/g"
+		}},
+		// These two pass without the fix too: the file's link count
+		// tells the write-back its data goes. They guard the names.
 		{"rename over", func(t *testing.T, d2, f2 layer.Node) string {
 			_, h := create(t, d2, "x")
 			write(t, h, 0, "x's")
@@ -48,7 +60,9 @@ func TestTwinDirectoryNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newSpriteServer(t, export.Options{})
-			a := spriteClient(t, x, "a", Options{})
+			// The server's grace (as the fault harness has it) holds
+			// the create of x: a request's timeout must outlast it.
+			a := spriteClient(t, x, "a", Options{Timeout: 5 * testTimeout})
 			var da layer.Attr
 			d1, e := a.Mkdir(bg, "d", 0o755, &da)
 			must(t, e, "mkdir d")
@@ -85,6 +99,28 @@ func TestTwinDirectoryNames(t *testing.T) {
 			if s := a.fs.wb.DirtyBytes(); s != 0 {
 				t.Fatalf("%d bytes still dirty", s)
 			}
+			// Nothing pinned any more: no directory stays kept for it
+			// (the old node of d, the pinned one's name moved or gone).
+			for deadline := time.Now().Add(slow); a.fs.keptNodes() > 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d directories kept with nothing pinned beneath", a.fs.keptNodes())
+				}
+			}
 		})
 	}
+}
+
+// keptNodes counts the nodes in the tree kept for a pinned node.
+func (fs *FS) keptNodes() int {
+	fs.tree.Lock()
+	defer fs.tree.Unlock()
+	k := 0
+	for _, ns := range fs.named {
+		for _, n := range ns {
+			if n.kept {
+				k++
+			}
+		}
+	}
+	return k
 }
