@@ -186,7 +186,7 @@ func (n *node) known(name string) []uint64 {
 		ps = append(ps, p)
 	}
 	n.fs.tree.Lock()
-	for _, ch := range n.children[name] {
+	for _, ch := range n.childrenLocked(name) {
 		ps = append(ps, ch.tok.Ino)
 	}
 	n.fs.tree.Unlock()
@@ -253,7 +253,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
 		return session.Errno(err)
 	}
-	if n != d || name != newName {
+	same := n.tok == d.tok && name == newName
+	if !same {
 		for _, p := range overKnown {
 			if !slices.Contains(movedKnown, p) {
 				n.fs.wb.Unlinked(p) // replaced: before its attributes go, the link count tells
@@ -265,18 +266,22 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	for _, p := range known {
 		n.fs.cc.DropAttrs(p) // the moved file's ctime, the replaced one's links
 	}
-	if n != d || name != newName {
+	if !same {
+		// In every node of each directory (see twinsLocked), not only
+		// the ones the kernel named.
 		n.fs.tree.Lock()
+		moved := n.childrenLocked(name)
 		var replaced, sub []*node
-		for _, r := range d.children[newName] {
+		for _, r := range d.childrenLocked(newName) {
 			replaced = r.subtree(replaced)
 		}
-		for _, r := range slices.Clone(d.children[newName]) {
+		for _, r := range d.childrenLocked(newName) {
 			r.removed = true // replaced
 			r.unnameLocked()
 		}
-		moved := n.children[name]
-		delete(n.children, name)
+		for _, t := range n.twinsLocked() {
+			delete(t.children, name)
+		}
 		if len(moved) > 0 {
 			if d.children == nil {
 				d.children = map[string][]*node{}
@@ -285,8 +290,6 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 				m.parent, m.name = d, newName
 			}
 			d.children[newName] = moved
-		} else {
-			delete(d.children, newName)
 		}
 		for _, m := range moved {
 			sub = m.subtree(sub)

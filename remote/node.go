@@ -378,15 +378,41 @@ func (n *node) adopt(name string, c *node) {
 	n.fs.named[c.tok] = append(n.fs.named[c.tok], c)
 }
 
-// detach cuts the nodes of name in n from the tree, the name being gone;
-// they and the nodes beneath them keep their fids, checked before use.
+// twinsLocked is n and the other nodes of its file in the tree; fs.tree
+// is held. A directory the kernel forgot while a node beneath it was
+// pinned by delayed writes stays (kept), and the kernel's next lookup of
+// it makes another node of it: the pinned node's name is in the old one,
+// and changes through the new one must reach it.
+func (n *node) twinsLocked() []*node {
+	ts := []*node{n}
+	for _, m := range n.fs.named[n.tok] {
+		if m != n {
+			ts = append(ts, m)
+		}
+	}
+	return ts
+}
+
+// childrenLocked is the nodes of name in every node of the directory n;
+// fs.tree is held.
+func (n *node) childrenLocked(name string) []*node {
+	var cs []*node
+	for _, t := range n.twinsLocked() {
+		cs = append(cs, t.children[name]...)
+	}
+	return cs
+}
+
+// detach cuts the nodes of name in n (in each of its twins) from the
+// tree, the name being gone; they and the nodes beneath them keep their
+// fids, checked before use.
 func (n *node) detach(name string) {
 	n.fs.tree.Lock()
 	var sub []*node
-	for _, c := range n.children[name] {
+	for _, c := range n.childrenLocked(name) {
 		sub = c.subtree(sub)
 	}
-	for _, c := range slices.Clone(n.children[name]) {
+	for _, c := range n.childrenLocked(name) {
 		c.removed = true
 		c.unnameLocked()
 	}
