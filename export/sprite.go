@@ -361,13 +361,15 @@ func (sp *sprite) deadline(h *jrnl, a ask) (d time.Time, gone bool) {
 }
 
 // giveUpLocked stops waiting for h about k: its dirty data, if any, is
-// lost to the others, as a crashed machine's unsynced writes are.
+// lost to the others, as a crashed machine's unsynced writes are. Its
+// right to reclaim stays (rights.go): it may still write back late, as
+// long as no other client writes the file (which supersedes the right).
 func (sp *sprite) giveUpLocked(st *fstate, k interestKey, h *jrnl, gone bool) {
 	delete(st.asked, h)
 	delete(st.dirty, h)
-	sp.revokeLocked(h, k.path)
 	st.wakeLocked()
 	if gone {
+		sp.revokeLocked(h, k.path) // its journal went: it never comes back
 		return
 	}
 	sp.timeouts.Add(1)
