@@ -161,6 +161,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 		n.raiseGone(ctx, c, dfid, id.uid, name) // a file's other links change
 	}
 	known := n.known(name)
+	defer n.fs.wb.NameChange(known)()
 	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
 		return session.Errno(err)
 	}
@@ -250,6 +251,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
 	movedKnown, overKnown := n.known(name), d.known(newName)
 	known := append(slices.Clone(movedKnown), overKnown...)
+	defer n.fs.wb.NameChange(known)()
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
 		return session.Errno(err)
 	}

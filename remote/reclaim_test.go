@@ -1,12 +1,17 @@
 package remote
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+	"github.com/shalefs/shale/remote/writeback"
 )
 
 // TestReclaimAfterGiveUp: a client cut off past its lease, while another
@@ -38,5 +43,50 @@ func TestReclaimAfterGiveUp(t *testing.T) {
 	}
 	if n := a.fs.wb.Ctr.Lost.Load(); n != 0 {
 		t.Fatalf("a lost %d bytes", n)
+	}
+}
+
+// TestWriteBackDuringOwnUnlink: a write-back that runs while this
+// client's unlink of the file is landing (made on the server, its reply
+// not yet in) finds no name of the file; it leaves the data for the
+// unlink to discard, not keep it in a conflict copy as another client's
+// doing (the soak: a write-back by age after a reconnection, beside the
+// program's own unlink).
+func TestWriteBackDuringOwnUnlink(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{Timeout: 10 * time.Second})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "abc")
+	h.Release(bg)
+	x.cut("a") // the fid opened for the write-back goes with its connection
+	for deadline := time.Now().Add(slow); a.Getattr(bg, nil, new(layer.Attr)) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reconnection")
+		}
+	}
+	x.held = make(chan struct{})
+	x.hold.Store(p9wire.Tunlinkat + 1)
+	unlinked := make(chan layer.Errno, 1)
+	go func() { unlinked <- a.Unlink(bg, "f") }()
+	for deadline := time.Now().Add(slow); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(x.dir, "f")); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never unlinked f")
+		}
+	}
+	a.fs.wb.WriteBack(bg, f.Token(), writeback.Fsync)
+	x.hold.Store(0)
+	close(x.held)
+	if e := <-unlinked; e != 0 {
+		t.Fatalf("unlink: %v", e)
+	}
+	if n := a.fs.wb.Ctr.Lost.Load(); n != 0 {
+		t.Fatalf("%d bytes kept in a conflict copy for an unlink of this client's own", n)
+	}
+	a.fs.wb.WriteBack(bg, f.Token(), writeback.Age) // the next, unlink landed: the data goes
+	if n := a.fs.wb.Ctr.Discarded.Load(); n != 3 {
+		t.Fatalf("discarded %d bytes, want the 3 delayed (lost %d)", n, a.fs.wb.Ctr.Lost.Load())
 	}
 }

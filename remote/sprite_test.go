@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,10 @@ type spriteServer struct {
 	// lose, if not 0, is a reply type the server makes but that never
 	// reaches the client: its connection breaks instead (once).
 	lose atomic.Uint32
+	// hold, if not 0, is a reply type that waits for held to close,
+	// while the replies after it go on.
+	hold atomic.Uint32
+	held chan struct{}
 }
 
 func newSpriteServer(t *testing.T, opts export.Options) *spriteServer {
@@ -111,6 +116,14 @@ type losing struct {
 }
 
 func (l *losing) Write(b []byte) (int, error) {
+	if t := l.x.hold.Load(); len(b) > 4 && t != 0 && uint32(b[4]) == t {
+		late, held := slices.Clone(b), l.x.held
+		go func() {
+			<-held
+			l.Conn.Write(late)
+		}()
+		return len(b), nil
+	}
 	if t := l.x.lose.Load(); len(b) > 4 && t != 0 && uint32(b[4]) == t && l.x.lose.CompareAndSwap(t, 0) {
 		l.Conn.Close()
 		return 0, net.ErrClosed

@@ -25,8 +25,8 @@
 // Lock order: an open's lock (OpenLock, held across its Tlopen), then
 // sfile.mu (held across a write-back: only the file's own writes, reads
 // of its delayed data and setattrs wait), then sfile.vmu and Files.smu,
-// then the File's own (Pin), the cache's and the session's. Files.olmu is
-// taken alone. What a session step runs (Reclaim) takes no sfile lock: a
+// then the File's own (Pin), the cache's and the session's. Files.olmu
+// and Files.nmu are taken alone. What a session step runs (Reclaim) takes no sfile lock: a
 // write-back holding one may be waiting for that very connection.
 package writeback
 
@@ -120,13 +120,15 @@ type Files struct {
 	sfiles map[uint64][]*sfile // by QID path
 	olmu   sync.Mutex
 	olocks map[uint64]*openLock // opens in flight, by file (OpenLock)
-	done   chan struct{}        // closed by Close: ends the flusher
+	nmu    sync.Mutex
+	naming map[uint64]int // name changes in flight, by file (NameChange)
+	done   chan struct{}  // closed by Close: ends the flusher
 	sizes  sizes
 }
 
 // New makes the write-behind and starts its flusher (with a delay).
 func New(cfg Config) *Files {
-	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, olocks: map[uint64]*openLock{}, done: make(chan struct{})}
+	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
 	if w.Delay == 0 {
 		w.Delay = defaultDelay
 	}

@@ -55,6 +55,8 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	case e == syscall.ESTALE || e == syscall.ENOENT:
 		// No fid reaches the file, nor any name this client knows.
 		switch {
+		case w.nameChanging(sf.tok.Ino):
+			return syscall.EIO, false // kept: this client's rename or unlink of it is landing (NameChange)
 		case !sf.f.Removed():
 			return w.lostLocked(sf, "another client removed or renamed the file", "walk", e.Error(), "reason", ReasonNames[why]), false
 		case sf.held():

@@ -155,3 +155,32 @@ func (w *Files) TakeErr(tok layer.Token) layer.Errno {
 	}
 	return layer.Errno(sf.err.Swap(0))
 }
+
+// NameChange marks the files numbered paths as having a name of theirs
+// changed by this client (a rename or unlink sent, its bookkeeping not
+// done): a write-back that finds no name of one meanwhile leaves its data
+// for later rather than take the file for removed by another client (the
+// unlink's Unlinked then discards it). done ends it.
+func (w *Files) NameChange(paths []uint64) (done func()) {
+	w.nmu.Lock()
+	for _, p := range paths {
+		w.naming[p]++
+	}
+	w.nmu.Unlock()
+	return func() {
+		w.nmu.Lock()
+		for _, p := range paths {
+			if w.naming[p]--; w.naming[p] == 0 {
+				delete(w.naming, p)
+			}
+		}
+		w.nmu.Unlock()
+	}
+}
+
+// nameChanging tells whether a name change of path is in flight.
+func (w *Files) nameChanging(path uint64) bool {
+	w.nmu.Lock()
+	defer w.nmu.Unlock()
+	return w.naming[path] > 0
+}
