@@ -2,10 +2,12 @@ package export
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/p9wire"
@@ -86,4 +88,30 @@ func (sp *sprite) marked(j *jrnl, path uint64) bool {
 		}
 	}
 	return false
+}
+
+// TestRightsSyncGap: a stream of opens for writing, each writing its
+// grant, has the flusher sync the rights file at most once a syncGap, not
+// once an open (an fsync each made cache.sh's cp -a at 0 ms a fifth
+// slower). Whatever the machine's speed, no more syncs can start than
+// one and one a gap.
+func TestRightsSyncGap(t *testing.T) {
+	r := openRights(filepath.Join(t.TempDir(), "rights"), slog.New(slog.DiscardHandler))
+	defer r.close()
+	start := time.Now()
+	for i := range 40 {
+		r.grant("00000000-0000-4000-8000-000000000001", "uid:0", uint64(i+1))
+		r.Recorded()
+		time.Sleep(2 * time.Millisecond)
+	}
+	n := r.syncs.Load()
+	elapsed := time.Since(start)
+	if most := 1 + int64(elapsed/syncGap); n > most {
+		t.Fatalf("40 grants in %v: %d syncs of the rights file, want at most %d (one a %v)", elapsed.Round(time.Millisecond), n, most, syncGap)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.syncs.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no sync of the rights file in 10 s")
+		}
+	}
 }
