@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -66,7 +67,7 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	finish, made := n.fs.wb.BeforeSetattr(ctx, n.tok, in), false
 	defer func() { finish(made) }()
 	c, fid, done, e := n.fidFor(ctx, h)
-	defer done()
+	defer func() { done() }()
 	if e != 0 {
 		return e
 	}
@@ -122,7 +123,26 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	if valid != 0 {
 		req := p9wire.Setattr{Fid: fid, Valid: valid, Mode: mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
 			Atime: atime[0], AtimeNsec: atime[1], Mtime: mtime[0], MtimeNsec: mtime[1]}
-		if err := c.Do(&req); err != nil {
+		var err error
+		n.fs.ss.UntilNotLost(ctx, func() bool {
+			if err = c.Do(&req); !errors.Is(err, session.ErrLost) {
+				return false
+			}
+			// The server may have made it without answering (a
+			// truncation the client would then write past): sent again
+			// on the next connection, a setting made twice is made once.
+			done()
+			if c, fid, done, e = n.fidFor(ctx, h); e != 0 {
+				done = noop
+				return false
+			}
+			req.Fid = fid
+			return true
+		})
+		if e != 0 {
+			return e
+		}
+		if err != nil {
 			return session.Errno(err)
 		}
 		made = true

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
 
@@ -43,4 +44,29 @@ func TestTruncOpenLostReply(t *testing.T) {
 	if strings.Contains(got, "\x00") || (got != "x" && got != "0123456789abc" && got != "") {
 		t.Fatalf("the server has %q, want %q (or, had the open failed, what it had before it or nothing)", got, "x")
 	}
+}
+
+// TestTruncSetattrLostReply: a truncation the server makes but whose
+// reply the connection loses is sent again, not failed: failed, the
+// client kept the file's old size, and an append landed past the end the
+// server had cut (zeros before it).
+func TestTruncSetattrLostReply(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "0123456789")
+	must(t, h.Fsync(bg, false), "fsync")
+	x.lose.Store(p9wire.Tsetattr + 1)
+	var out layer.Attr
+	e := f.Setattr(bg, h, &layer.SetAttr{Valid: layer.SetSize, Size: 0}, &out)
+	if x.lose.Load() != 0 {
+		t.Fatal("the setattr's reply was never lost: the test tests nothing")
+	}
+	if e != 0 {
+		t.Fatalf("the truncation whose reply was lost failed: %v, want it sent again", e)
+	}
+	if out.Size != 0 {
+		t.Fatalf("size after the truncation: %d, want 0", out.Size)
+	}
+	h.Release(bg)
 }
