@@ -17,11 +17,7 @@ import (
 // onto the file the server had truncated, at their offsets past its end
 // (a hole of zeros where the file's bytes were).
 func TestTruncOpenLostReply(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	write(t, h, 0, "0123456789")
-	must(t, h.Fsync(bg, false), "fsync")
+	x, f, h := syncedFile(t)
 	write(t, h, 10, "abc") // delayed
 	h.Release(bg)
 
@@ -51,11 +47,7 @@ func TestTruncOpenLostReply(t *testing.T) {
 // client kept the file's old size, and an append landed past the end the
 // server had cut (zeros before it).
 func TestTruncSetattrLostReply(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	write(t, h, 0, "0123456789")
-	must(t, h.Fsync(bg, false), "fsync")
+	x, f, h := syncedFile(t)
 	x.lose.Store(p9wire.Tsetattr + 1)
 	var out layer.Attr
 	e := f.Setattr(bg, h, &layer.SetAttr{Valid: layer.SetSize, Size: 0}, &out)
@@ -69,4 +61,14 @@ func TestTruncSetattrLostReply(t *testing.T) {
 		t.Fatalf("size after the truncation: %d, want 0", out.Size)
 	}
 	h.Release(bg)
+}
+
+// syncedFile is a client's file f, written and fsynced, open as h.
+func syncedFile(t *testing.T) (*spriteServer, layer.Node, layer.Handle) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "0123456789")
+	must(t, h.Fsync(bg, false), "fsync")
+	return x, f, h
 }
