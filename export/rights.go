@@ -218,13 +218,7 @@ const syncGap = 50 * time.Millisecond
 // flusher writes what no open wrote, and syncs the file; an open's write
 // does not wait for a sync under way.
 func (r *rights) flusher() {
-	for first := true; ; first = false {
-		if !first {
-			time.Sleep(syncGap)
-		}
-		if _, ok := <-r.kick; !ok {
-			return
-		}
+	for range r.kick {
 		r.write()
 		r.wmu.Lock()
 		f := r.f
@@ -236,6 +230,7 @@ func (r *rights) flusher() {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 			r.log.Warn("9p: syncing the clients' rights to reclaim delayed writes failed", "file", r.path, "err", err)
 		}
+		time.Sleep(syncGap)
 	}
 }
 
