@@ -51,6 +51,25 @@ func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, sin
 	return 0
 }
 
+// attrOf asks the server for the attributes of fid, a file numbered
+// path: ra as the server gave them, out with what this client knows
+// better (the size and times of its delayed writes). Asked again if a
+// write-back crossed the request: out would show neither the data it
+// took nor the server's size after it.
+func (fs *FS) attrOf(c *session.Conn, fid uint32, path uint64, out *layer.Attr) (p9wire.Rattr, error) {
+	for {
+		wb := fs.wb.Gen(path)
+		ra, err := c.Getattr(fid)
+		if err != nil {
+			return ra, err
+		}
+		*out = ra.Attr
+		if fs.wb.OverlayAttrSince(session.Token(&ra), out, wb) {
+			return ra, nil
+		}
+	}
+}
+
 // fidFor is the fid to act on the node with: h's, which reaches the file
 // even after it was removed, or the node's.
 func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint32, func(), layer.Errno) {

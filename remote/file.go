@@ -350,12 +350,11 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 	if e != 0 {
 		return 0, e
 	}
-	ra, err := c.Getattr(fid)
-	if err != nil {
+	var a layer.Attr
+	if _, err := h.fs.attrOf(c, fid, h.n.tok.Ino, &a); err != nil {
 		return 0, session.Errno(err)
 	}
-	h.fs.wb.OverlayAttr(h.n.tok, &ra.Attr)
-	size := int64(ra.Attr.Size)
+	size := int64(a.Size)
 	switch {
 	case off < 0 || off >= size:
 		return 0, syscall.ENXIO

@@ -463,25 +463,15 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 		c.Clunk(fid)
 		return nil, syscall.ESTALE
 	}
-	wb := n.fs.wb.Gen(q.Path)
-	ra, err := c.Getattr(fid)
+	// What this client knows better than the server goes in out: a hard
+	// link's reply names a file the kernel has, whose size it would take.
+	ra, err := n.fs.attrOf(c, fid, q.Path, out)
 	if err != nil {
 		c.Clunk(fid)
 		return nil, session.Errno(err)
 	}
 	tok := session.Token(&ra)
 	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
-	// The server's attributes, with what this client knows better: the
-	// size and times of its delayed writes (a hard link's reply names a
-	// file the kernel has, whose size it would take).
-	*out = ra.Attr
-	if !n.fs.wb.OverlayAttrSince(tok, out, wb) {
-		// A write-back crossed the getattr: its size may predate it.
-		if ra, err = c.Getattr(fid); err == nil {
-			*out = ra.Attr
-		}
-		n.fs.wb.OverlayAttr(tok, out)
-	}
 	ch := n.fs.newNode(tok)
 	f := ch.ownFid(c, uid, fid)
 	ch.fids[uid] = f

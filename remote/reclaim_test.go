@@ -59,11 +59,7 @@ func TestWriteBackDuringOwnUnlink(t *testing.T) {
 	write(t, h, 0, "abc")
 	h.Release(bg)
 	x.cut("a") // the fid opened for the write-back goes with its connection
-	for deadline := time.Now().Add(slow); a.Getattr(bg, nil, new(layer.Attr)) != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no reconnection")
-		}
-	}
+	waitUntil(t, "a reconnection", func() bool { return a.Getattr(bg, nil, new(layer.Attr)) == 0 })
 	x.held = make(chan struct{})
 	x.hold.Store(p9wire.Tunlinkat + 1)
 	unlinked := make(chan layer.Errno, 1)

@@ -40,8 +40,9 @@ type spriteServer struct {
 	lose atomic.Uint32
 	// hold, if not 0, is a reply type that waits for held to close,
 	// while the replies after it go on.
-	hold atomic.Uint32
-	held chan struct{}
+	hold    atomic.Uint32
+	held    chan struct{}
+	holding atomic.Int32 // replies hold has kept so far
 }
 
 func newSpriteServer(t *testing.T, opts export.Options) *spriteServer {
@@ -118,6 +119,7 @@ type losing struct {
 func (l *losing) Write(b []byte) (int, error) {
 	if t := l.x.hold.Load(); len(b) > 4 && t != 0 && uint32(b[4]) == t {
 		late, held := slices.Clone(b), l.x.held
+		l.x.holding.Add(1)
 		go func() {
 			<-held
 			l.Conn.Write(late)

@@ -25,10 +25,20 @@ func (w *Files) Gen(path uint64) uint64 {
 // from before it, with the dirty data it sent no longer there to show,
 // so they must be asked again.
 func (w *Files) OverlayAttrSince(tok layer.Token, a *layer.Attr, gen uint64) bool {
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return w.Gen(tok.Ino) == gen // settled counts before it clears hasDirty
+	}
+	// Compared under mu: a write-back holds it until it settles, and
+	// the attributes, asked while it ran, predate it (the soak: a link's
+	// reply, after a stall, gave the kernel the server's size 0 of a
+	// file whose data was landing, and the next append went to 0).
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
 	if w.Gen(tok.Ino) != gen {
 		return false
 	}
-	w.OverlayAttr(tok, a)
+	sf.overlayLocked(a)
 	return true
 }
 

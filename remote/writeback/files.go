@@ -272,9 +272,9 @@ func (w *Files) forgetIdle(sf *sfile) {
 // settled ends sf's dirty state: written back, or never to be. The file
 // it wrote back through may go now.
 func (sf *sfile) settled() {
+	sf.gen.Add(1) // first: whoever finds hasDirty false then sees the new count
 	sf.d = nil
 	sf.hasDirty.Store(false)
-	sf.gen.Add(1)
 	sf.setFile(nil)
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
