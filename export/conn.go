@@ -31,6 +31,8 @@ type conn struct {
 	seq    atomic.Uint64      // fids made (fid.seq)
 
 	journal atomic.Pointer[jrnl] // the journal it opened, if any
+	fenced  atomic.Bool          // its client gave it up: nothing more is served (fence.go)
+	ended   chan struct{}        // closed once it has released all it held
 
 	connState        // admission (admit.go)
 	unpend    func() // takes it out of the pending set

@@ -117,6 +117,7 @@ type Server struct {
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
 	reaped   atomic.Uint64 // idle sessions closed to admit others
 	refused  atomic.Uint64 // connections refused a session
+	fences   atomic.Uint64 // connections ended because their client opened its journal on another (fence.go)
 	counts   counters
 	ctl      *controller
 	sp       *sprite
@@ -323,7 +324,8 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
 		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
-		views: map[*root]uint32{}}
+		views: map[*root]uint32{}, ended: make(chan struct{})}
+	defer close(c.ended)
 	c.peerKey = peerKeyOf(rw)
 	readDeadline(rw, time.Now().Add(s.opts.FirstTimeout))
 	c.unpend = s.pending.Add(c.peerKey, func() {

@@ -168,6 +168,7 @@ func (jf *journalFid) lopen(ctx context.Context, m *p9wire.Lopen) (p9wire.Messag
 		if e := jf.c.s.ctl.attach(jf.c, jf.j); e != 0 {
 			return nil, e
 		}
+		jf.c.s.fence(jf.c, jf.j)
 	case jStats:
 		jf.stats = jf.c.s.stats()
 	}

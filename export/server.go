@@ -64,8 +64,8 @@ func (c *conn) loop() {
 			c.send(nil, h.Tag, rerror(h.Tag, syscall.EMSGSIZE))
 			continue
 		}
-		if err != nil {
-			return // EOF, or a size below a header: no way to go on
+		if err != nil || c.fenced.Load() {
+			return // EOF, a size below a header, or given up: no way to go on
 		}
 		c.s.requests.Add(1)
 		c.s.counts.byType[h.Type].Add(1)

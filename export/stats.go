@@ -63,6 +63,7 @@ func (s *Server) stats() []byte {
 	line("connections.pending", s.pending.Len())
 	line("connections.reaped", s.reaped.Load())
 	line("connections.refused", s.refused.Load())
+	line("connections.fenced", s.fences.Load())
 
 	ctl := s.ctl
 	ctl.mu.Lock()

@@ -209,13 +209,29 @@ func (s *Session) Conn(ctx context.Context) (*Conn, layer.Errno) {
 	}
 }
 
+// maxResends bounds UntilNotLost: a link that loses every request fails
+// the call after as many.
+const maxResends = 3
+
 // UntilNotLost runs try again while it says its connection was lost
-// under it, within the timeout, as any request waits for a reconnection.
+// under it: the server may have made the request or not, and it is sent
+// again on the next connection if one comes within the timeout of the
+// loss, as any request waits for one; at most maxResends times. A
+// request that took its whole timeout (a stalled link) is sent again
+// too: failed, its program would be told of a change that may yet have
+// been made. The server fences the lost connection when the next opens
+// the client's journal (export), so what it held lands before, or never.
 func (s *Session) UntilNotLost(ctx context.Context, try func() (lost bool)) {
-	deadline := time.Now().Add(s.o.Timeout)
-	for try() && time.Now().Before(deadline) && ctx.Err() == nil && !s.Closed() {
+	for range maxResends {
+		if !try() {
+			return
+		}
 		time.Sleep(10 * time.Millisecond) // the loss is being reported (Conn.Fail)
+		if _, e := s.Conn(ctx); e != 0 {
+			return
+		}
 	}
+	try()
 }
 
 // Close ends the session: its connection, and every request after.

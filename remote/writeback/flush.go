@@ -48,7 +48,11 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	if sf.refused.Swap(false) {
 		return w.lostLocked(sf, "the server restarted and another client wrote the file before this one reclaimed its writes"), false
 	}
-	c, fid, iounit, done, refused, e := w.writeBackFid(ctx, sf)
+	c, e := w.Session.Conn(ctx)
+	if e != 0 {
+		return e, false // none came within the timeout: kept for later
+	}
+	fid, iounit, done, refused, e := w.writeBackFid(c, sf)
 	switch {
 	case refused:
 		return w.lostLocked(sf, "another client wrote the file while this one could not reach the server"), false
@@ -67,8 +71,8 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		w.discardLocked(sf)
 		return 0, false
 	case e != 0:
-		// EIO: the connection went, or none came; EINTR: the server
-		// cut the request short (it is ending): both are tried again.
+		// EIO: the connection went; EINTR: the server cut the request
+		// short (it is ending): both are tried again.
 		return e, e == syscall.EIO || e == syscall.EINTR
 	}
 	defer done()
@@ -124,14 +128,11 @@ func (w *Files) cleanLocked(sf *sfile) {
 
 // writeBackFid is a fid to write sf's file through. refused is the
 // server's ESTALE to the open itself (not to the walk: a file removed).
-func (w *Files) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, fid, iounit uint32, done func(), refused bool, e layer.Errno) {
-	if c, e = w.Session.Conn(ctx); e != 0 {
-		return nil, 0, 0, noop, false, e
-	}
+func (w *Files) writeBackFid(c *session.Conn, sf *sfile) (fid, iounit uint32, done func(), refused bool, e layer.Errno) {
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
 		if wb.c == c {
-			return c, wb.fid, wb.iounit, func() { c.Clunk(wb.fid) }, false, 0
+			return wb.fid, wb.iounit, func() { c.Clunk(wb.fid) }, false, 0
 		}
 	}
 	// A handle open on this connection; not one to open again, which
@@ -146,13 +147,13 @@ func (w *Files) writeBackFid(ctx context.Context, sf *sfile) (c *session.Conn, f
 	sf.vmu.Unlock()
 	for _, h := range writers {
 		if fid, iounit, ok := h.FidOn(c); ok {
-			return c, fid, iounit, noop, false, 0
+			return fid, iounit, noop, false, 0
 		}
 	}
 	if fid, iounit, refused, e = sf.f.OpenWriteBack(c, sf.uid); e != 0 {
-		return nil, 0, 0, noop, refused, e
+		return 0, 0, noop, refused, e
 	}
-	return c, fid, iounit, func() { c.Clunk(fid) }, false, 0
+	return fid, iounit, func() { c.Clunk(fid) }, false, 0
 }
 
 // writeBackOldest writes back the files dirty longest until at most
