@@ -216,14 +216,16 @@ const maxResends = 3
 // UntilNotLost runs try again while it says its connection was lost
 // under it: the server may have made the request or not, and it is sent
 // again on the next connection if one comes within the timeout of the
-// loss, as any request waits for one; at most maxResends times. A
-// request that took its whole timeout (a stalled link) is sent again
-// too: failed, its program would be told of a change that may yet have
-// been made. The server fences the lost connection when the next opens
-// the client's journal (export), so what it held lands before, or never.
+// loss, as any request waits for one: as often as need be within the
+// timeout, and maxResends times past it. So a request that took its
+// whole timeout (a stalled link) is sent again too: failed, its program
+// would be told of a change that may yet be made. The server fences the
+// lost connection when the next opens the client's journal (export), so
+// what it held lands before, or never.
 func (s *Session) UntilNotLost(ctx context.Context, try func() (lost bool)) {
-	for range maxResends {
-		if !try() {
+	deadline := time.Now().Add(s.o.Timeout)
+	for n := 0; try(); n++ {
+		if ctx.Err() != nil || s.Closed() || n >= maxResends && time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // the loss is being reported (Conn.Fail)
@@ -231,7 +233,6 @@ func (s *Session) UntilNotLost(ctx context.Context, try func() (lost bool)) {
 			return
 		}
 	}
-	try()
 }
 
 // Close ends the session: its connection, and every request after.
