@@ -13,8 +13,8 @@ import (
 	"testing"
 )
 
-// pjdfstest is the Rust port of the POSIX file system test suite
-// (crates.io, BSD-2), which scripts/setup.sh installs with cargo.
+// pjdfstest is the Rust port of the POSIX file system test suite (the
+// Rust registry's, BSD-2), which scripts/setup.sh installs with cargo.
 // docs/pjdfstest.md says what it covers of the C suite and what it found.
 const pjdfstestVersion = "0.2.2"
 
