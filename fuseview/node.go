@@ -21,7 +21,8 @@ type inode struct {
 	born time.Time // for notifyContent
 	// listed: the kernel may hold a listing of this directory (opened
 	// with FOPEN_CACHE_DIR), which changing must drop.
-	listed atomic.Bool
+	listed  atomic.Bool
+	forgets atomic.Uint64 // OnForget's calls (forget.go)
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -47,11 +48,6 @@ func (v *view) newInode(n layer.Node) *inode {
 }
 
 func (i *inode) node() layer.Node { return i.h.n }
-
-func (i *inode) OnForget() {
-	i.v.cached.Remove(i.node().Token(), i)
-	i.h.release()
-}
 
 // caller attaches the FUSE request's caller and this view to ctx for the
 // layers below.

@@ -19,10 +19,13 @@ import (
 //
 // It notes the value under the request's cancel channel, which is unique
 // to the request while it runs, and the node reads it back from its
-// context.
+// context. And it counts the requests at work that may give the kernel an
+// inode go-fuse already knows (forget.go): LOOKUP, READDIRPLUS and LINK;
+// the creating ones make new inodes only.
 type rawFS struct {
 	fuse.RawFileSystem
-	notes sync.Map // <-chan struct{} -> uint64
+	notes  sync.Map // <-chan struct{} -> uint64
+	makers *makers
 }
 
 func (r *rawFS) note(cancel <-chan struct{}, v uint64) func() {
@@ -58,4 +61,19 @@ func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	defer r.note(cancel, uint64(in.Umask))()
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.makers.start()()
+	return r.RawFileSystem.Lookup(cancel, h, name, out)
+}
+
+func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer r.makers.start()()
+	return r.RawFileSystem.ReadDirPlus(cancel, in, out)
+}
+
+func (r *rawFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.makers.start()()
+	return r.RawFileSystem.Link(cancel, in, name, out)
 }

@@ -67,6 +67,7 @@ type view struct {
 	sameOffsets bool
 
 	cached coherence.Held[*inode] // the inodes the kernel holds (holder.go)
+	makers makers                 // requests that may revive an inode (forget.go)
 }
 
 // Mount mounts root, a node of st, at dir and starts serving it. The
@@ -74,6 +75,12 @@ type view struct {
 // the caller's: the view never calls its Forget, so several views may
 // serve one root.
 func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Server, error) {
+	_, server, err := mount(dir, st, root, o)
+	return server, err
+}
+
+// mount is Mount, and gives the view too (for tests).
+func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fuse.Server, error) {
 	v := &view{opts: o}
 	var m *coherence.Manager
 	if o.Coherent {
@@ -132,7 +139,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	// The root stays the caller's: several views may share it.
 	rootInode := v.newInode(root)
 	rootInode.h.done.Store(true)
-	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo)}
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), makers: &v.makers}
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()
@@ -146,7 +153,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 		if m != nil {
 			m.Unregister(v.id)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if m != nil {
 		go func() {
@@ -155,7 +162,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 		}()
 	}
 	raiseReadahead(dir, mo.MaxReadAhead)
-	return server, nil
+	return v, server, nil
 }
 
 // raiseReadahead lets the kernel read ahead as far as MaxReadAhead: FUSE

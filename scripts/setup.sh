@@ -23,6 +23,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { modprobe fuse 2>/dev/null || true; }
 
+# pjdfstest, the Rust port of the POSIX file system test suite (BSD-2), for
+# test/conformance TestPjdfstest (docs/pjdfstest.md). It needs Rust 1.85 or
+# later: rustup's cargo; Debian 12's cargo 0.66 (rustc 1.63) cannot build it.
+pjd=0.2.2
+if ! { pjdfstest --version || "$HOME/.cargo/bin/pjdfstest" --version; } 2>/dev/null | grep -qx "pjdfstest $pjd"; then
+	command -v cargo >/dev/null || PATH=$HOME/.cargo/bin:$PATH
+	command -v cargo >/dev/null || { echo "setup: pjdfstest $pjd needs cargo with Rust 1.85 or later (rustup) to build: install it, then run $0 again" >&2; exit 1; }
+	cargo install --quiet --locked pjdfstest --version "$pjd"
+fi
+
 # CGO off: a static binary, and the credential switching of hostfs acts on
 # single threads, which cgo's thread handling does not disturb.
 CGO_ENABLED=0 go build -o bin/shale ./cmd/shale

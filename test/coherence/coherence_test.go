@@ -104,10 +104,7 @@ func mountLayers(t *testing.T, coherence string, names []string, layers ...int) 
 	t.Cleanup(func() {
 		// Each view is unmounted on its own, as any mount is.
 		for _, m := range mnts {
-			if out, err := exec.Command(shaleBin, "umount", m).CombinedOutput(); err != nil {
-				t.Errorf("shale umount: %v: %s", err, out)
-				unix.Unmount(m, unix.MNT_DETACH)
-			}
+			unmountView(t, func(args ...string) *exec.Cmd { return exec.Command(shaleBin, args...) }, m)
 		}
 	})
 	return lower, mnts
@@ -277,7 +274,8 @@ var checks = []check{
 }
 
 // Changes made directly in the lower directory, by this process (not
-// shale's), must show in the views within a second.
+// shale's), must show in the views once the watcher has told them
+// (eventually).
 var besideChecks = []check{
 	{"write in lower, read in raw", func(t *testing.T, v views) (string, string) {
 		os.WriteFile(filepath.Join(v.raw, "b"), []byte("1111"), 0o644)
@@ -329,10 +327,26 @@ func names(dir string) map[string]bool {
 	return m
 }
 
-// eventually polls f for up to a second until it returns want.
+// patience is how long eventually polls: settle where the views must
+// agree; a second with coherence off, where the checks must show stale
+// reads, which a busy machine only makes staler (polling for settle there
+// would only slow the run).
+var patience = settle
+
+// patient sets patience for checks with coherence on or off, until the
+// returned function runs.
+func patient(coherence string) func() {
+	old := patience
+	if coherence == "off" {
+		patience = time.Second
+	}
+	return func() { patience = old }
+}
+
+// eventually polls f for up to patience until it returns want.
 func eventually(f func() string, want string) (string, string) {
 	var got string
-	for deadline := time.Now().Add(time.Second); ; {
+	for deadline := time.Now().Add(patience); ; {
 		if got = f(); got == want || time.Now().After(deadline) {
 			return got, want
 		}
@@ -341,6 +355,7 @@ func eventually(f func() string, want string) (string, string) {
 }
 
 func runChecks(t *testing.T, coherence string) map[string]bool {
+	defer patient(coherence)()
 	v := mountStack(t, coherence)
 	held := map[string]bool{}
 	for _, c := range append(checks, besideChecks...) {

@@ -15,6 +15,7 @@ import (
 // view shows compress's stored form, which starts with its magic, and a
 // file written there is plain to compress, served as it is.
 func compressChecks(t *testing.T, coherence string) map[string]bool {
+	defer patient(coherence)()
 	_, m := mountLayers(t, coherence, []string{"crypt", "compress"}, 1, 2)
 	enc, zip := filepath.Join(m[0], "f"), filepath.Join(m[1], "f")
 	held := map[string]bool{}

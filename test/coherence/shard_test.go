@@ -140,6 +140,7 @@ func mountShardStacks(t *testing.T, coherence string) (overLower, overCrypt shar
 // runShardChecks runs every check, each with names of its own, and tells
 // which held.
 func runShardChecks(t *testing.T, coherence string) map[string]bool {
+	defer patient(coherence)()
 	overLower, overCrypt := mountShardStacks(t, coherence)
 	held := map[string]bool{}
 	run := func(c shardCheck, where string, d shardDirs) {

@@ -20,8 +20,9 @@ var tortureSeed = flag.Uint64("torture.seed", 0, "seed of TestTorture's steps (0
 const (
 	tortureSteps = 3000 // for each watcher
 	// tortureGuard bounds one step, not the run: a hang guard only, so
-	// that a busy machine makes the run slower, never a failure.
-	tortureGuard = 30 * time.Second
+	// that a busy machine makes the run slower, never a failure. A step
+	// may wait for the views twice (settle each).
+	tortureGuard = 2*settle + time.Minute
 )
 
 // TestTorture has three actors change one small tree at random: a loop
@@ -32,9 +33,10 @@ const (
 // After a step through a view at once: the manager invalidates the other
 // view before the request returns. (It sends without waiting only to a
 // view with a request of its own at work on the file, and between steps
-// neither view has one.) After a step in the lower directory within a
-// second, the time the watcher has. Any other disagreement is a stale
-// read.
+// neither view has one.) After a step in the lower directory once the
+// watcher has told the views: the check polls for up to settle, and logs
+// the slowest agreement. Any other disagreement is a stale read; no step
+// fails for being slow, however busy the machine.
 func TestTorture(t *testing.T) {
 	seed := *tortureSeed
 	if seed == 0 {
@@ -72,7 +74,8 @@ func torture(t *testing.T, how string, seed uint64) {
 		start := time.Now()
 		ds := tortureDisagree(lower, m)
 		if who == 2 {
-			// The watcher has a second; until then the views may differ.
+			// The watcher tells the views a moment later; until then
+			// they may differ.
 			ds = within(func() []string { return tortureDisagree(lower, m) })
 			slowest = max(slowest, time.Since(start))
 		}
@@ -85,7 +88,7 @@ func torture(t *testing.T, how string, seed uint64) {
 			if len(within(func() []string { return tortureDisagree(lower, m) })) == 0 {
 				late++ // agreed later: do not count it again at the next step
 			} else {
-				t.Fatalf("step %d: still stale a second later; stopping", step)
+				t.Fatalf("step %d: still stale %v later; stopping", step, settle)
 			}
 		}
 	}
@@ -94,8 +97,8 @@ func torture(t *testing.T, how string, seed uint64) {
 		counts = append(counts, fmt.Sprintf("%s %d", k, n))
 	}
 	slices.Sort(counts)
-	t.Logf("%s: %d steps (%s); %d stale reads (%d views agreed within a second after); slowest agreement after a change in lower: %v",
-		how, tortureSteps, strings.Join(counts, ", "), stale, late, slowest)
+	t.Logf("%s: %d steps (%s); %d stale reads (%d views agreed within %v after); slowest agreement after a change in lower: %v",
+		how, tortureSteps, strings.Join(counts, ", "), stale, late, settle, slowest)
 }
 
 // tortureStep changes one of paths beneath root, choosing among the files
