@@ -29,10 +29,12 @@ and serves them through FUSE or over 9P2000.L.
 }
 
 // main reports every user-facing error the same way: one line on stderr
-// and a non-zero exit. Commands word their errors as "what, where, what to do".
+// and a non-zero exit, its class's (exit.go). Commands word their errors
+// as "what, where, what to do".
 func main() {
+	usageErrors(rootCmd)
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "shale: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -32,6 +32,7 @@ type mountFlags struct {
 	debug         bool
 	logFile       string
 	cpuProfile    string
+	nonempty      bool // mount over a mountpoint that has files
 	layers        []string
 	layerFlags
 	stack      string
@@ -142,7 +143,7 @@ shale_client_* metrics.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
 			if err != nil {
-				return err
+				return withCode(exitUsage, err) // a bad -o, unless it says otherwise
 			}
 			f.timeoutSet = cmd.Flags().Changed("timeout")
 			f.writeDelaySet = cmd.Flags().Changed("write-delay")
@@ -155,6 +156,7 @@ shale_client_* metrics.`,
 	fl.StringVar(&f.coherence, "coherence", "on", "with --stack: on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
 	f.layerFlags.register(fl)
+	fl.BoolVar(&f.nonempty, "nonempty", false, "mount even where MOUNTPOINT has files, hiding them while mounted")
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
 	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
@@ -211,11 +213,11 @@ func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
 }
 
 // checkMountArgs checks LOWER and MOUNTPOINT and returns their absolute,
-// symlink-free forms.
-// A 9p:// LOWER is left as it is.
-func checkMountArgs(lower, mnt string) (string, string, error) {
+// symlink-free forms. A 9p:// LOWER is left as it is. A mountpoint with
+// files in it is refused unless nonempty: the mount would hide them.
+func checkMountArgs(lower, mnt string, nonempty bool) (string, string, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return "", "", errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)")
+		return "", "", withCode(exitMount, errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)"))
 	}
 	lower, err := checkLower(lower)
 	if err != nil {
@@ -223,13 +225,22 @@ func checkMountArgs(lower, mnt string) (string, string, error) {
 	}
 	mnt, err = checkDir("mountpoint", mnt)
 	if err != nil {
-		return "", "", err
+		return "", "", withCode(exitMountpoint, err)
 	}
 	if mnt == lower || strings.HasPrefix(mnt, lower+"/") {
-		return "", "", fmt.Errorf("mountpoint %s is inside lower directory %s: choose a mountpoint outside it", mnt, lower)
+		return "", "", withCode(exitMountpoint, fmt.Errorf("mountpoint %s is inside lower directory %s: choose a mountpoint outside it", mnt, lower))
 	}
 	if src, fstype, ok := mountedAt(mnt); ok {
-		return "", "", fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt)
+		return "", "", withCode(exitMountpoint, fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt))
+	}
+	if !nonempty {
+		if d, err := os.Open(mnt); err == nil {
+			names, _ := d.Readdirnames(1)
+			d.Close()
+			if len(names) > 0 {
+				return "", "", withCode(exitMountpoint, fmt.Errorf("mountpoint %s is not empty (it has %s): the mount would hide its files; empty it, choose another, or give --nonempty (-o nonempty)", mnt, names[0]))
+			}
+		}
 	}
 	return lower, mnt, nil
 }
@@ -238,14 +249,14 @@ func checkMountArgs(lower, mnt string) (string, string, error) {
 // symlink-free, or a well-formed 9p:// URL.
 func checkLower(lower string) (string, error) {
 	if _, ok, err := p9net.ParseRemote(lower); ok {
-		return lower, err
+		return lower, withCode(exitUsage, err)
 	}
 	lower, err := checkDir("lower directory", lower)
 	if err != nil {
-		return "", err
+		return "", withCode(exitLower, err)
 	}
 	if err := unix.Access(lower, unix.R_OK|unix.X_OK); err != nil {
-		return "", fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err)
+		return "", withCode(exitLower, fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err))
 	}
 	return lower, nil
 }
@@ -347,7 +358,7 @@ func daemonize(secret []byte) error {
 			state, _ := child.Process.Wait()
 			s = fmt.Sprintf("the serving process ended before the mount was ready (%v)", state)
 		}
-		return errors.New(strings.TrimPrefix(s, "shale: "))
+		return decodeFailure(s)
 	}
 	child.Process.Release()
 	return nil
@@ -455,7 +466,7 @@ func serve(f *mountFlags, p *plan) error {
 // report sends err to a waiting parent, if any, and returns it.
 func report(ready *os.File, err error) error {
 	if ready != nil {
-		fmt.Fprintf(ready, "%v\n", err)
+		fmt.Fprintf(ready, "%s\n", encodeFailure(err))
 		ready.Close()
 	}
 	return err

@@ -51,7 +51,7 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		if len(args) != 2 {
 			return nil, errors.New("mount needs LOWER and MOUNTPOINT (or --stack FILE): see shale mount --help")
 		}
-		lower, mnt, err := checkMountArgs(args[0], args[1])
+		lower, mnt, err := checkMountArgs(args[0], args[1], f.nonempty)
 		if err != nil {
 			return nil, err
 		}
@@ -83,9 +83,9 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		sp.Layers[i].Options = f.layerOptions(k, sp.Layers[i].Options)
 	}
 	for i := range sp.Views {
-		lower, mnt, err := checkMountArgs(sp.Lower, sp.Views[i].Mountpoint)
+		lower, mnt, err := checkMountArgs(sp.Lower, sp.Views[i].Mountpoint, f.nonempty)
 		if err != nil {
-			return nil, fmt.Errorf("stack file %s: view %d: %v", f.stack, i+1, err)
+			return nil, fmt.Errorf("stack file %s: view %d: %w", f.stack, i+1, err)
 		}
 		sp.Lower, sp.Views[i].Mountpoint = lower, mnt
 	}
@@ -349,10 +349,14 @@ func (p *plan) mountViews(st *stack.Stack, nodes []layer.Node, opts fuseview.Opt
 			m.mnts = append(m.mnts, v.Mountpoint)
 			continue
 		}
-		s, err := fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
+		var s *fuse.Server
+		err := fusermountReason(func() (err error) {
+			s, err = fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
+			return err
+		})
 		if err != nil {
 			unmountAll(mounts, logger)
-			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, err)
+			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %w", p.spec.Lower, v.Layer, v.Mountpoint, err)
 		}
 		m := &mounted{server: s, mnts: []string{v.Mountpoint}}
 		byLayer[v.Layer] = m

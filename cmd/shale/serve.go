@@ -172,6 +172,7 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "with --stack views: how long the kernel may cache names and attributes (as for mount)")
 	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "with --stack views: let all users use them (as for mount)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "with --stack views: no FUSE passthrough (as for mount)")
+	fl.BoolVar(&f.nonempty, "nonempty", false, "with --stack views: mount them even where their mountpoints have files (as for mount)")
 	fl.StringVar(&f.coherence, "coherence", "on", "on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
