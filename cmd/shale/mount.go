@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/metrics"
@@ -145,7 +146,7 @@ shale_client_* metrics.`,
 			if err != nil {
 				return withCode(exitUsage, err) // a bad -o, unless it says otherwise
 			}
-			f.timeoutSet = cmd.Flags().Changed("timeout")
+			f.defaults(cmd.Flags())
 			f.writeDelaySet = cmd.Flags().Changed("write-delay")
 			f.dirtyMaxSet = cmd.Flags().Changed("dirty-max")
 			return runMount(cmd, &f, args)
@@ -155,11 +156,13 @@ shale_client_* metrics.`,
 	fl.StringVar(&f.stack, "stack", "", "mount every view of the stack this TOML file describes, in one process (see docs/coherence.md)")
 	fl.StringVar(&f.coherence, "coherence", "on", "with --stack: on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
+	cmd.RegisterFlagCompletionFunc("layer", completeLayers)
+	cmd.ValidArgsFunction = completeDirs
 	f.layerFlags.register(fl)
 	fl.BoolVar(&f.nonempty, "nonempty", false, "mount even where MOUNTPOINT has files, hiding them while mounted")
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
-	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
-	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
+	fl.BoolVar(&f.allowOther, "allow-other", false, "let all users use the mount, with the kernel checking their permissions (needs root; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
 	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
@@ -175,6 +178,18 @@ shale_client_* metrics.`,
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
 	rootCmd.AddCommand(cmd)
+}
+
+// defaults sets the flags whose defaults depend on the case, as their
+// help says: pflag would print a single value as the default too.
+func (f *mountFlags) defaults(fl *pflag.FlagSet) {
+	f.timeoutSet = fl.Changed("timeout")
+	if !f.timeoutSet {
+		f.timeout = time.Second // where LOWER cannot be watched; plan.build
+	}
+	if !fl.Changed("allow-other") {
+		f.allowOther = os.Geteuid() == 0
+	}
 }
 
 func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {

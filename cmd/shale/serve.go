@@ -137,7 +137,7 @@ shale_server_* metrics; with a 9p:// lower, its client's as shale_client_*)
 to Prometheus on http://HOST:PORT/metrics.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.timeoutSet = cmd.Flags().Changed("timeout")
+			f.defaults(cmd.Flags())
 			return runServe(&f, args)
 		},
 	}
@@ -167,10 +167,12 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.StringVar(&f.metricsAddr, "metrics", "", "serve the server's counters to Prometheus on http://HOST:PORT/metrics")
 	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
+	cmd.RegisterFlagCompletionFunc("layer", completeLayers)
+	cmd.ValidArgsFunction = completeDirs
 	f.layerFlags.register(fl)
 	fl.StringVar(&f.logFile, "log", "", "append the log to this file (default: stderr)")
-	fl.DurationVar(&f.timeout, "timeout", time.Second, "with --stack views: how long the kernel may cache names and attributes (as for mount)")
-	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "with --stack views: let all users use them (as for mount)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "with --stack views: how long the kernel may cache names and attributes (as for mount; default: an hour where LOWER is watched, 1s where it cannot be)")
+	fl.BoolVar(&f.allowOther, "allow-other", false, "with --stack views: let all users use them (as for mount; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "with --stack views: no FUSE passthrough (as for mount)")
 	fl.BoolVar(&f.nonempty, "nonempty", false, "with --stack views: mount them even where their mountpoints have files (as for mount)")
 	fl.StringVar(&f.coherence, "coherence", "on", "on, or off to run without the coherence manager (for tests and benchmarks only)")

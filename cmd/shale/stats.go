@@ -105,6 +105,7 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 			return nil
 		},
 	}
+	cmd.ValidArgsFunction = completeMounts
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
 	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
