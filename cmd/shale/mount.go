@@ -31,7 +31,8 @@ type mountFlags struct {
 	allowOther    bool
 	noPassthrough bool
 	debug         bool
-	logFile       string
+	logFile       string // --log
+	logLevel      string // --log-level
 	cpuProfile    string
 	nonempty      bool // mount over a mountpoint that has files
 	layers        []string
@@ -101,6 +102,11 @@ is ready). -o takes the flags in mount(8)'s form, as "mount -t fuse.shale" and
 
   shale mount -o layer=crypt,passfile=F,ro LOWER MNT
 
+In the background it logs to the system's log, tagged shale (journalctl -t
+shale, or /var/log/syslog), or where --log says; with no journal or syslog
+socket on the machine, to shale.log in /var/lib/shale (as root; else
+$XDG_STATE_HOME/shale or ~/.local/state/shale).
+
 End it with "shale umount MOUNTPOINT", plain umount, or SIGTERM/SIGINT to the
 serving process. With --stack each view is unmounted on its own, and the
 process ends with the last; views of one layer share one mount (bind mounts),
@@ -165,7 +171,7 @@ shale_client_* metrics.`,
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let all users use the mount, with the kernel checking their permissions (needs root; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
-	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
+	f.registerLog(fl, "stderr with -f, else the system's log (journal or syslog)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
 	fl.MarkHidden("cpuprofile")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller: keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
@@ -485,29 +491,6 @@ func report(ready *os.File, err error) error {
 		ready.Close()
 	}
 	return err
-}
-
-func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
-	var w io.Writer = os.Stderr
-	switch {
-	case f.logFile != "":
-		lf, err := os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("log file %s: %v", f.logFile, err)
-		}
-		w = lf
-		if f.debug {
-			// go-fuse's request log goes to stderr.
-			unix.Dup2(int(lf.Fd()), 2)
-		}
-	case background:
-		w = io.Discard
-	}
-	l := slog.New(slog.NewTextHandler(w, nil))
-	// The stack's parts log through the stack (Spec.Logger); the few
-	// without one (p9net, objstore, compress) through the default.
-	slog.SetDefault(l)
-	return l, nil
 }
 
 // unmountAll ends every view. A busy one is detached: new accesses fail,

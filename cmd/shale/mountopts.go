@@ -23,7 +23,7 @@ import (
 // flagOptions are the flags of shale mount that -o takes, by option
 // name; an option's flag is its name with "-" for "_". Layers' options
 // (stack.Kind.Options) are added by mountOptionFlags.
-var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "nonempty", "debug", "log", "stack", "cache_dir", "cache_size", "write_delay", "dirty_max", "metrics"}
+var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "nonempty", "debug", "log", "log_level", "stack", "cache_dir", "cache_size", "write_delay", "dirty_max", "metrics"}
 
 // vfsOptions are the generic mount options the kernel applies to the
 // mount itself; their zero vfsFlags is how fuseview mounts.
@@ -203,6 +203,8 @@ func placeholder(o string) string {
 		return "DIR"
 	case "metrics":
 		return "HOST:PORT"
+	case "log_level":
+		return "LEVEL"
 	case "log", "stack", "passfile":
 		return "FILE"
 	}

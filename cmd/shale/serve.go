@@ -170,7 +170,7 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	cmd.RegisterFlagCompletionFunc("layer", completeLayers)
 	cmd.ValidArgsFunction = completeDirs
 	f.layerFlags.register(fl)
-	fl.StringVar(&f.logFile, "log", "", "append the log to this file (default: stderr)")
+	f.registerLog(fl, "stderr")
 	fl.DurationVar(&f.timeout, "timeout", 0, "with --stack views: how long the kernel may cache names and attributes (as for mount; default: an hour where LOWER is watched, 1s where it cannot be)")
 	fl.BoolVar(&f.allowOther, "allow-other", false, "with --stack views: let all users use them (as for mount; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "with --stack views: no FUSE passthrough (as for mount)")
