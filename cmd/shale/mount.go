@@ -423,7 +423,7 @@ func serve(f *mountFlags, p *plan) error {
 	defer held.end()
 	// Saves a disk cache; after the views, which may use the lower to the end.
 	defer p.closeLower(logger)
-	defer serveStats(p, logger)()
+	defer serveViews(p, logger)()
 	defer ms.close(logger)
 	client.set(p.bottom)
 	if ms != nil {

@@ -381,6 +381,13 @@ func runServe(f *serveFlags, args []string) error {
 	served = true
 	client.set(nodes[0])
 	srvp.Store(srv)
+	defer serveViews(p, logger)()
+	if l := answer(serverSocket(addr.String()), logger, func() any {
+		return serverStatus{Pid: os.Getpid(), Started: started, Lower: showLower(p.spec.Lower), Layers: layerNames(p.spec),
+			Listen: addr.String(), Exports: names, Stats: string(srv.Stats())}
+	}); l != nil {
+		defer l.Close()
+	}
 	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", lc.Key != nil, "authorized_keys", lc.AuthorizedKeys)
 	if ms != nil {
 		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")

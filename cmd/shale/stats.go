@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"net/url"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,12 +27,13 @@ func init() {
 	var server, keyFile string
 	cmd := &cobra.Command{
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
-		Short: "print the counters of a mount of a 9P tree, or of a server",
-		Long: `Stats prints the counters of the 9P client serving MOUNTPOINT: requests by
-9P type, cache hits and misses by kind (stat, directory, data, readlink,
-xattr), journal records applied, bytes sent and received. The mount process
-answers on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale
-otherwise) named after a hash of the mount point.
+		Short: "print the counters of a mount, or of a server",
+		Long: `Stats prints what shale status says of MOUNTPOINT (its process, stack and
+LOWER), and with a 9p:// LOWER the counters of the 9P client serving it:
+requests by 9P type, cache hits and misses by kind (stat, directory, data,
+readlink, xattr), journal records applied, bytes sent and received. The
+mount process answers on a unix socket in /run/shale/ (as root;
+$XDG_RUNTIME_DIR/shale otherwise) named after a hash of the mount point.
 
 With a server that follows Sprite's rules (shale serve), a "Sprite" part
 follows: bytes programs read and wrote against those that went to and from
@@ -94,14 +93,20 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 			if err != nil {
 				return err
 			}
-			s, err := readStats(mnt)
+			r, err := readStatus(mnt)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(s)
+				return json.NewEncoder(os.Stdout).Encode(r)
 			}
-			printStats(os.Stdout, s)
+			printView(os.Stdout, r.Mount)
+			if r.Stats == nil {
+				fmt.Println("\nno 9P client: counters are kept for mounts of a 9p:// tree")
+				return nil
+			}
+			fmt.Println()
+			printStats(os.Stdout, *r.Stats)
 			return nil
 		},
 	}
@@ -171,67 +176,6 @@ func statsSocket(mnt string) string {
 func mountHash(mnt string) string {
 	h := sha256.Sum256([]byte(mnt))
 	return hex.EncodeToString(h[:8])
-}
-
-// serveStats answers shale stats for each view of a stack whose lower is
-// a 9P tree, until the returned stop.
-func serveStats(p *plan, logger *slog.Logger) (stop func()) {
-	if _, ok := remote.StatsOf(p.bottom); !ok {
-		return func() {}
-	}
-	var ls []net.Listener
-	for _, v := range p.spec.Views {
-		sock := statsSocket(v.Mountpoint)
-		os.MkdirAll(filepath.Dir(sock), 0o755)
-		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-			c.Close()
-			logger.Warn("another process answers the statistics of this mount point", "socket", sock)
-			continue
-		}
-		os.Remove(sock)
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			logger.Warn("no statistics socket", "socket", sock, "err", err)
-			continue
-		}
-		ls = append(ls, l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				s, _ := remote.StatsOf(p.bottom)
-				json.NewEncoder(c).Encode(s)
-				c.Close()
-			}
-		}()
-	}
-	return func() {
-		for _, l := range ls {
-			l.Close() // removes the socket file
-		}
-	}
-}
-
-// readStats asks the process serving mnt for its counters.
-func readStats(mnt string) (remote.Stats, error) {
-	var s remote.Stats
-	sock := statsSocket(mnt)
-	c, err := net.DialTimeout("unix", sock, 5*time.Second)
-	if err != nil {
-		return s, fmt.Errorf("no statistics for %s (%v): is it a shale mount of a 9p:// tree, mounted by this user?", mnt, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(c)
-	if err == nil {
-		err = json.Unmarshal(b, &s)
-	}
-	if err != nil {
-		return s, fmt.Errorf("statistics of %s from %s: %v", mnt, sock, err)
-	}
-	return s, nil
 }
 
 func printStats(w io.Writer, s remote.Stats) {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// statusOf is the line of shale status that begins with where.
+func statusOf(t *testing.T, where string) string {
+	t.Helper()
+	code, out := run(t, "status")
+	if code != 0 {
+		t.Fatalf("shale status: exit %d: %s", code, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, where+" ") {
+			return line
+		}
+	}
+	t.Fatalf("shale status has no line for %s:\n%s", where, out)
+	return ""
+}
+
+// TestStatus: shale status lists a local mount, a mount of a 9P tree and
+// the server, each with its stack, LOWER, pid and uptime, and the state
+// of the network mount; shale stats answers for the local mount too.
+func TestStatus(t *testing.T) {
+	dir, lower, mnt := lowerAndMnt(t)
+	if code, out := run(t, "mount", "--layer", "rot13", lower, mnt); code != 0 {
+		t.Fatalf("shale mount: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	pid := servingPid(t, mnt)
+	line := regexp.QuoteMeta(mnt) + ` +rot13 +` + regexp.QuoteMeta(lower) + ` +` + strconv.Itoa(pid) + ` +\d+s +serving$`
+	if got := statusOf(t, mnt); !regexp.MustCompile(line).MatchString(got) {
+		t.Errorf("status of the local mount: %q, want %q", got, line)
+	}
+	code, out := run(t, "stats", mnt)
+	if code != 0 || !strings.Contains(out, "stack      rot13\npid        "+strconv.Itoa(pid)+", up ") {
+		t.Errorf("shale stats of a local mount: exit %d:\n%s", code, out)
+	}
+
+	slower, mnt2 := filepath.Join(dir, "served"), filepath.Join(dir, "mnt2")
+	os.Mkdir(slower, 0o755)
+	os.Mkdir(mnt2, 0o755)
+	addr := freePort(t)
+	t.Cleanup(func() { os.Remove(markerPath("tcp:"+addr, slower)) })
+	srv := startServe(t, filepath.Join(dir, "serve.log"), "--listen", "tcp:"+addr, "--no-root-squash", slower)
+	if code, out := run(t, "mount", "--write-delay", "1m", "9p://"+addr+"/", mnt2); code != 0 {
+		t.Fatalf("shale mount 9p: exit %d: %s", code, out)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt2, syscall.MNT_DETACH) })
+	f, err := os.Create(filepath.Join(mnt2, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 5000))
+	if got := statusOf(t, mnt2); !regexp.MustCompile(` +loop +9p://` + regexp.QuoteMeta(addr) + `/ +\d+ +\d+s +server up, 4\.9 KiB dirty in 1 files$`).MatchString(got) {
+		t.Errorf("status of the 9P mount: %q", got)
+	}
+	// The mount's connection, and perhaps the last status's dial still.
+	if got := statusOf(t, "serve tcp:"+addr); !regexp.MustCompile(` +loop +` + regexp.QuoteMeta(slower) + ` +` + strconv.Itoa(srv.Process.Pid) + ` +\d+s +exports "" \(layer 0\), [12] clients$`).MatchString(got) {
+		t.Errorf("status of the server: %q", got)
+	}
+	f.Sync()
+	stopServe(t, srv, syscall.SIGTERM)
+	if got := statusOf(t, mnt2); !strings.Contains(got, "server down (dial tcp "+addr+": connect: connection refused), ") || !strings.HasSuffix(got, " 0 B dirty in 0 files") {
+		t.Errorf("status of the 9P mount, its server gone: %q", got)
+	}
+}
