@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"os/user"
@@ -249,6 +250,9 @@ func runServe(f *serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := probeListen(addr); err != nil {
+		return err
+	}
 	lc, err := listenConfig(f, addr)
 	if err != nil {
 		return err
@@ -327,6 +331,10 @@ func runServe(f *serveFlags, args []string) error {
 		} else {
 			logger.Warn("the last server of this address and LOWER did not end cleanly, and --grace is 0: opens do not wait for clients to reclaim their delayed writes", "marker", mk.path)
 		}
+	}
+	if !f.noRootSquash {
+		// Otherwise a root client's EACCES is a mystery.
+		logger.Info("clients' uid 0 acts as nobody (65534) here: root's writes fail where nobody may not write; --no-root-squash lets it act as root")
 	}
 	raiseFileLimit()
 	sig := make(chan os.Signal, 1)
@@ -413,6 +421,27 @@ func runServe(f *serveFlags, args []string) error {
 		os.Remove(addr.Address)
 	}
 	return err
+}
+
+// probeListen tells, before anything is prepared, why addr cannot be
+// listened on, in words: Go's are "bind: address already in use".
+func probeListen(addr p9net.Addr) error {
+	if addr.Network != "tcp" {
+		return nil // p9net says what is wrong with a socket's path
+	}
+	l, err := net.Listen("tcp", addr.Address)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("--listen %s: the address is in use (another shale serve? shale status lists them; ss -ltnp says who): stop it, or choose another port", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("--listen %s: a port below 1024 needs root: choose a port above it (5640 is shale's)", addr)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("--listen %s: no interface of this machine has that address: choose one of its own (ip -brief address)", addr)
+	case err != nil:
+		return fmt.Errorf("--listen %s: %v", addr, err)
+	}
+	l.Close()
+	return nil
 }
 
 // serveLimits are the sizes of serve's bounds, parsed.

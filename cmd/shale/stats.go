@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
@@ -24,7 +25,7 @@ import (
 
 func init() {
 	var asJSON bool
-	var server, keyFile string
+	var server, keyFile, format string
 	cmd := &cobra.Command{
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
 		Short: "print the counters of a mount, or of a server",
@@ -47,11 +48,14 @@ refused).
 
 With a 9p:// URL, or --server ADDR (tcp:HOST:PORT, HOST:PORT or
 unix:/path; --keyfile for a server that wants a key), it prints the
-statistics file of the server's journal controller (shale serve) as the
-server gives it, "name value" a line: requests.TYPE, bytes.in and .out,
-connections, journals, records.*, and Sprite's sprite.* (files followed,
-opens, those that recalled or were shared, opens.grace that waited after a
-restart, recall.timeouts, writebacks, writebacks.refused).
+statistics of the server's journal controller (shale serve): connections,
+bytes in and out, journals and their records, requests by 9P type, and
+Sprite's part (files followed, opens, those that recalled or were shared,
+those that waited after a restart, recall timeouts, write-backs). On a
+terminal they are tables; otherwise, or with --format raw, the statistics
+file as the server gives it, "name value" a line, for scripts:
+requests.TYPE, bytes.in and .out, connections, journals, records.*,
+sprite.* (docs/network.md).
 
 --json prints a mount's counters as one JSON object.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -63,6 +67,11 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 			}
 			if keyFile != "" {
 				return errors.New("--keyfile goes with --server; a 9p:// URL takes ?keyfile=FILE")
+			}
+			switch format {
+			case "auto", "table", "raw":
+			default:
+				return fmt.Errorf("--format %s: say auto, table or raw", format)
 			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
@@ -86,7 +95,12 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 				if err != nil {
 					return err
 				}
-				os.Stdout.Write(b)
+				switch {
+				case format == "raw", format == "auto" && !term.IsTerminal(int(os.Stdout.Fd())):
+					os.Stdout.Write(b)
+				default:
+					printServerStats(os.Stdout, b)
+				}
 				return nil
 			}
 			mnt, err := filepath.Abs(args[0])
@@ -112,6 +126,7 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 	}
 	cmd.ValidArgsFunction = completeMounts
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
+	cmd.Flags().StringVar(&format, "format", "auto", "a server's statistics as tables (table), or as its file gives them, name value a line (raw); auto: tables on a terminal")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
 	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
 	rootCmd.AddCommand(cmd)
@@ -180,8 +195,12 @@ func mountHash(mnt string) string {
 
 func printStats(w io.Writer, s remote.Stats) {
 	caching := "off (the server has no journal controller: close-to-open)"
-	if s.Caching {
+	switch {
+	case s.Caching:
 		caching = "on, journal " + s.Journal
+	case s.Journal != "":
+		// A journal was read: the controller is there, the server not.
+		caching = "off until the server answers again (journal " + s.Journal + ")"
 	}
 	fmt.Fprintf(w, "server     %s\ncaching    %s\n", s.Server, caching)
 	fmt.Fprintf(w, "cached     %d files, %d bytes of data\n", s.CachedFiles, s.CachedBytes)

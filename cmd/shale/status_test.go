@@ -68,9 +68,22 @@ func TestStatus(t *testing.T) {
 	if got := statusOf(t, "serve tcp:"+addr); !regexp.MustCompile(` +loop +` + regexp.QuoteMeta(slower) + ` +` + strconv.Itoa(srv.Process.Pid) + ` +\d+s +exports "" \(layer 0\), [12] clients$`).MatchString(got) {
 		t.Errorf("status of the server: %q", got)
 	}
+	// The server's statistics as tables like the client's, or raw.
+	code, out = run(t, "stats", "--format", "table", "--server", addr)
+	for _, want := range []string{"\nbytes        ", "\nrequests   ", "\n  Tattach ", "\nSprite (", "\n  for writing ", "\nwrite-backs  "} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("shale stats --format table --server: exit %d, no %q:\n%s", code, want, out)
+		}
+	}
+	if code, out := run(t, "stats", "--server", addr); code != 0 || !strings.Contains(out, "\nsprite.opens.write 1\n") {
+		t.Errorf("shale stats --server, not on a terminal: exit %d:\n%s", code, out)
+	}
 	f.Sync()
 	stopServe(t, srv, syscall.SIGTERM)
 	if got := statusOf(t, mnt2); !strings.Contains(got, "server down (dial tcp "+addr+": connect: connection refused), ") || !strings.HasSuffix(got, " 0 B dirty in 0 files") {
 		t.Errorf("status of the 9P mount, its server gone: %q", got)
+	}
+	if code, out := run(t, "stats", mnt2); code != 0 || !strings.Contains(out, "\ncaching    off until the server answers again (journal ") {
+		t.Errorf("shale stats of a 9P mount, its server gone: exit %d:\n%s", code, out)
 	}
 }
