@@ -5,8 +5,11 @@ package main
 // commands that take one.
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
+	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -32,9 +35,51 @@ func completeMounts(_ *cobra.Command, args []string, _ string) ([]cobra.Completi
 	return mnts, cobra.ShellCompDirectiveNoFileComp
 }
 
-// completeDirs is LOWER MOUNTPOINT: directories.
-func completeDirs(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+// completeDirs is LOWER MOUNTPOINT: directories, or, for LOWER once
+// "9p" is typed, the 9p:// URL of a shale serve of this machine.
+func completeDirs(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) == 0 && len(toComplete) >= 2 && (strings.HasPrefix(toComplete, "9p://") || strings.HasPrefix("9p://", toComplete)) {
+		return serverURLs(toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
 	return nil, cobra.ShellCompDirectiveFilterDirs
+}
+
+// completeURLs offers the 9p:// URLs of this machine's servers, for the
+// first argument.
+func completeURLs(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return serverURLs(toComplete), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeStats offers mounts and servers' URLs.
+func completeStats(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	mnts, dir := completeMounts(cmd, args, toComplete)
+	urls, _ := completeURLs(cmd, args, toComplete)
+	return append(mnts, urls...), dir
+}
+
+// serverURLs are the 9p:// URLs beginning with prefix of the exports of
+// the servers shale status lists.
+func serverURLs(prefix string) []cobra.Completion {
+	var urls []cobra.Completion
+	for _, l := range statusLines() {
+		if l.Server == nil {
+			continue
+		}
+		a, err := p9net.ParseListen(l.Server.Listen)
+		if err != nil {
+			continue
+		}
+		for _, aname := range l.Server.Anames {
+			u := p9net.Remote{Addr: a, Aname: aname}.String()
+			if strings.HasPrefix(u, prefix) {
+				urls = append(urls, cobra.CompletionWithDesc(u, "shale serve "+l.Server.Lower))
+			}
+		}
+	}
+	return urls
 }
 
 // A shaleMount is a mount of type fuse.shale, as /proc/self/mountinfo

@@ -344,10 +344,11 @@ func runServe(f *serveFlags, args []string) error {
 		return err
 	}
 	roots := map[string]layer.Node{}
-	var names []string
+	var names, anames []string
 	for _, e := range p.spec.Exports {
 		roots[e.Name] = nodes[e.Layer]
 		names = append(names, fmt.Sprintf("%q (layer %d)", e.Name, e.Layer))
+		anames = append(anames, e.Name)
 	}
 	srv := export.New(st, roots, export.Options{
 		NoRootSquash:    f.noRootSquash,
@@ -392,7 +393,7 @@ func runServe(f *serveFlags, args []string) error {
 	defer serveViews(p, logger)()
 	if l := answer(serverSocket(addr.String()), logger, func() any {
 		return serverStatus{Pid: os.Getpid(), Started: started, Lower: showLower(p.spec.Lower), Layers: layerNames(p.spec),
-			Listen: addr.String(), Exports: names, Stats: string(srv.Stats())}
+			Listen: addr.String(), Exports: names, Anames: anames, Stats: string(srv.Stats())}
 	}); l != nil {
 		defer l.Close()
 	}

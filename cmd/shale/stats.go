@@ -124,7 +124,7 @@ sprite.* (docs/network.md).
 			return nil
 		},
 	}
-	cmd.ValidArgsFunction = completeMounts
+	cmd.ValidArgsFunction = completeStats
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
 	cmd.Flags().StringVar(&format, "format", "auto", "a server's statistics as tables (table), or as its file gives them, name value a line (raw); auto: tables on a terminal")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")

@@ -54,7 +54,8 @@ type serverStatus struct {
 	Layers  []string  `json:"layers"`
 	Listen  string    `json:"listen"`
 	Exports []string  `json:"exports"`
-	Stats   string    `json:"stats"` // the journal controller's stats file
+	Anames  []string  `json:"anames"` // the exports' attach names, as clients give them
+	Stats   string    `json:"stats"`  // the journal controller's stats file
 }
 
 // serverSocket is where the server listening on addr answers.

@@ -68,6 +68,15 @@ func TestStatus(t *testing.T) {
 	if got := statusOf(t, "serve tcp:"+addr); !regexp.MustCompile(` +loop +` + regexp.QuoteMeta(slower) + ` +` + strconv.Itoa(srv.Process.Pid) + ` +\d+s +exports "" \(layer 0\), [12] clients$`).MatchString(got) {
 		t.Errorf("status of the server: %q", got)
 	}
+	// Completion offers the server's URL, and the mounts to umount.
+	for _, args := range [][]string{{"mount", "9p"}, {"watch", ""}, {"stats", ""}} {
+		if code, out := run(t, append([]string{"__complete"}, args...)...); code != 0 || !strings.Contains("\n"+out, "\n9p://"+addr+"/\tshale serve "+slower+"\n") {
+			t.Errorf("%q completes %q, want 9p://%s/", args, out, addr)
+		}
+	}
+	if code, out := run(t, "__complete", "umount", ""); code != 0 || !strings.Contains(out, mnt2+"\t9p://"+addr+"/\n") {
+		t.Errorf("umount completes %q, want %s", out, mnt2)
+	}
 	// The server's statistics as tables like the client's, or raw.
 	code, out = run(t, "stats", "--format", "table", "--server", addr)
 	for _, want := range []string{"\nbytes        ", "\nrequests   ", "\n  Tattach ", "\nSprite (", "\n  for writing ", "\nwrite-backs  "} {

@@ -34,7 +34,8 @@ tells it of everything there.
 
 --json prints one JSON object a line: {"event":"modify","path":"/a","off":0,"len":5}.
 It runs until SIGINT or SIGTERM, and then exits with status 0.`,
-		Args: cobra.RangeArgs(1, 2),
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: completeURLs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ok, err := p9net.ParseRemote(args[0])
 			if err != nil {
