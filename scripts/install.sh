@@ -11,8 +11,9 @@
 #   /sbin/mount.shale                     a link to it, which mount(8) runs
 #                                         for type shale (mount -t shale)
 #   $PREFIX/share/man/man1/shale*.1       manual pages, from the commands' help
-#   $PREFIX/lib/systemd/system/shale@.service
-#                                         the unit of /etc/shale/NAME.toml
+#   $PREFIX/lib/systemd/system/shale@.service, shale-serve@.service
+#                                         the units of /etc/shale/NAME.toml:
+#                                         its views mounted, or its exports served
 #   /etc/shale/                           for stack files and passfiles, mode 700
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,18 +38,20 @@ install)
 	mkdir "$tmp/man"
 	"$tmp/shale" man "$tmp/man"
 	install -m 644 "$tmp"/man/*.1 "$man/"
-	sed "s|@BINDIR@|$PREFIX/bin|g" scripts/shale@.service >"$tmp/shale@.service"
-	install -m 644 "$tmp/shale@.service" "$unit/shale@.service"
+	for u in shale@.service shale-serve@.service; do
+		sed "s|@BINDIR@|$PREFIX/bin|g" "scripts/$u" >"$tmp/$u"
+		install -m 644 "$tmp/$u" "$unit/$u"
+	done
 	ln -sfn "$PREFIX/bin/shale" "$helper"
 	install -d -m 700 "$DESTDIR/etc/shale"
 	if [ -z "$DESTDIR" ]; then
 		command -v mandb >/dev/null && mandb -q 2>/dev/null || true
 		[ -d /run/systemd/system ] && systemctl daemon-reload || true
 	fi
-	echo "installed shale in $bin, its manual pages in $man, shale@.service in $unit"
+	echo "installed shale in $bin, its manual pages in $man, shale@.service and shale-serve@.service in $unit"
 	;;
 uninstall)
-	rm -f "$bin/shale" "$man"/shale.1 "$man"/shale-*.1 "$unit/shale@.service" "$helper"
+	rm -f "$bin/shale" "$man"/shale.1 "$man"/shale-*.1 "$unit/shale@.service" "$unit/shale-serve@.service" "$helper"
 	# /etc/shale stays: it holds the administrator's stack files and keys.
 	rmdir "$DESTDIR/etc/shale" 2>/dev/null || true
 	if [ -z "$DESTDIR" ]; then

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,5 +122,27 @@ func TestFusermountReason(t *testing.T) {
 				t.Fatalf("%q mounted", args)
 			}
 		}
+	}
+}
+
+// TestExitCodesDocumented: docs/admin.md's table has a row for each exit
+// status of exit.go, and no other.
+func TestExitCodesDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/admin.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(b), "| status | what failed |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	var rows []string
+	for _, line := range strings.Split(table, "\n")[2:] {
+		rows = append(rows, strings.TrimSpace(strings.Split(line, "|")[1]))
+	}
+	want := []string{"0"}
+	for _, c := range []int{exitFailure, exitUsage, exitLower, exitMountpoint, exitMount, exitPassphrase} {
+		want = append(want, strconv.Itoa(c))
+	}
+	if strings.Join(rows, " ") != strings.Join(want, " ") {
+		t.Errorf("docs/admin.md lists exit statuses %q, exit.go has %q", rows, want)
 	}
 }

@@ -51,6 +51,10 @@ func TestInstall(t *testing.T) {
 		!strings.Contains(string(b), "\nExecStart=/usr/bin/shale mount -f --stack /etc/shale/%i.toml\n") {
 		t.Errorf("shale@.service: %v: %s", err, b)
 	}
+	if b, err := os.ReadFile(filepath.Join(dest, "usr/lib/systemd/system/shale-serve@.service")); err != nil ||
+		!strings.Contains(string(b), "\nExecStart=/usr/bin/shale serve --stack /etc/shale/%i.toml $SERVE_FLAGS\n") {
+		t.Errorf("shale-serve@.service: %v: %s", err, b)
+	}
 	if l, err := os.Readlink(filepath.Join(dest, "sbin/mount.shale")); err != nil || l != "/usr/bin/shale" {
 		t.Errorf("mount.shale links to %q (%v)", l, err)
 	}
