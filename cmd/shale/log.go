@@ -72,12 +72,20 @@ func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
 	return setLog(h), nil
 }
 
+// fallbackLogMax is the size past which the fallback log is moved to
+// shale.log.1 (replacing the one before) when a process opens it: nothing
+// else rotates it.
+const fallbackLogMax = 16 << 20
+
 // fallbackLog is the log of a background process on a machine with no
 // system log to send it to: a file in the state directory, which the log
 // names in its first line.
 func fallbackLog(level slog.Level, why error) (*slog.Logger, error) {
 	path := filepath.Join(statedir.Dir(), "shale.log")
 	os.MkdirAll(filepath.Dir(path), 0o755)
+	if fi, err := os.Stat(path); err == nil && fi.Size() > fallbackLogMax {
+		os.Rename(path, path+".1")
+	}
 	var w io.Writer = io.Discard
 	if lf, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
 		w = lf

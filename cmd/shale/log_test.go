@@ -41,6 +41,10 @@ func TestBackgroundLog(t *testing.T) {
 			defer sock.Close()
 			os.MkdirAll("/var/lib/shale", 0o755) // the state directory, as root
 			os.Mkdir(filepath.Join(dir, "state"), 0o755)
+			// A fallback log past its size is moved aside first.
+			big := filepath.Join(dir, "state", "shale.log")
+			os.WriteFile(big, []byte("old\n"), 0o644)
+			os.Truncate(big, fallbackLogMax+1)
 			cmd := exec.Command("unshare", "-m", "sh", "-c", c.setup+` && exec "$1" mount "$2" "$3"`, dir, shaleBin, lower, mnt)
 			if code, out := runCmd(t, cmd); code != 0 {
 				t.Fatalf("shale mount: exit %d: %s", code, out)
@@ -55,6 +59,9 @@ func TestBackgroundLog(t *testing.T) {
 			if c.name == "none" {
 				b, _ := os.ReadFile(filepath.Join(dir, "state", "shale.log"))
 				got = string(b)
+				if fi, err := os.Stat(big + ".1"); err != nil || fi.Size() != fallbackLogMax+1 {
+					t.Errorf("the full log was not moved to shale.log.1: %v", err)
+				}
 			} else {
 				// A hang guard: the line was sent before the mount returned.
 				sock.SetReadDeadline(time.Now().Add(time.Minute))
