@@ -301,7 +301,7 @@ func readConfig(ctx context.Context, lower layer.Node, name string) (*config, st
 	path := lowerPath(name, ConfigName)
 	data, err := layer.ReadFile(ctx, lower, ConfigName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, path, fmt.Errorf("%s is %w: %s is missing; make one with 'shale init --layer crypt %s'", name, ErrNoConfig, path, name)
+		return nil, path, fmt.Errorf("%s is %w: %s is missing; make one with: shale init --layer crypt %s", name, ErrNoConfig, path, shellWord(name))
 	}
 	if err != nil {
 		return nil, path, fmt.Errorf("read config: %w", inLower(name, err))
@@ -357,4 +357,16 @@ func inLower(name string, err error) error {
 		pe.Path = lowerPath(name, pe.Path)
 	}
 	return err
+}
+
+// shellWord is s as a shell reads it back: in single quotes where it has
+// characters a shell would take (a 9p:// URL's ?, &).
+func shellWord(s string) string {
+	const plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-:+,@%="
+	for _, r := range s {
+		if !strings.ContainsRune(plain, r) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
 }

@@ -70,6 +70,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,7 +228,12 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 	if err != nil {
 		// Closed, so that the loss of c dials no more.
 		fs.Close()
-		return nil, fmt.Errorf("9p server at %s refused to attach %q as uid %d (%v): check the tree's name (the URL's path, or ?aname= on a unix socket) and that the server exports it to this user", where, aname, id.uid, session.Errno(err))
+		hint := ""
+		if aname != "" && !strings.HasPrefix(aname, "/") {
+			// The URL's path loses its first slash to the URL.
+			hint = fmt.Sprintf(" (a server such as diod names its trees by absolute path: 9p://HOST:PORT//%s, two slashes)", aname)
+		}
+		return nil, fmt.Errorf("9p server at %s refused to attach %q as uid %d (%v): check the tree's name (the URL's path, or ?aname= on a unix socket)%s and that the server exports it to this user", where, aname, id.uid, session.Errno(err), hint)
 	}
 	ra, err := c.Getattr(rfid)
 	if err != nil {

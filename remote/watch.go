@@ -20,8 +20,9 @@ import (
 
 // Change is one change Watch reports.
 type Change struct {
-	Event string `json:"event"` // create, delete, change (an entry), modify (data), attrib, reset
+	Event string `json:"event"` // create, delete, rename, change (an entry), modify (data), attrib, reset
 	Path  string `json:"path"`
+	Old   string `json:"old,omitempty"` // rename: the name Path had before
 	Off   uint64 `json:"off,omitempty"` // modify: the bytes changed; Len 0 is to the end
 	Len   uint64 `json:"len,omitempty"`
 }
@@ -32,7 +33,7 @@ type Change struct {
 // recursively so that the controller tells it of everything there;
 // records map back to paths through the QIDs it walked.
 func Watch(ctx context.Context, r p9net.Remote, opts Options, dir string, report func(Change)) error {
-	w := &watcher{paths: map[uint64]string{}, report: report, ctx: ctx}
+	w := &watcher{paths: map[uint64]string{}, qids: map[string]uint64{}, pending: map[uint64]string{}, tell: report, ctx: ctx}
 	opts.newJournal, opts.CacheDir = true, ""
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = cache.BlockSize
@@ -62,13 +63,17 @@ func Watch(ctx context.Context, r p9net.Remote, opts Options, dir string, report
 }
 
 type watcher struct {
-	ctx    context.Context
-	root   *node
-	report func(Change)
+	ctx  context.Context
+	root *node
+	tell func(Change) // Watch's report; through report
 
-	mu    sync.Mutex
-	top   string
-	paths map[uint64]string // QID path → path
+	out sync.Mutex // serializes report: deletes come from timers (watchkind.go)
+
+	mu      sync.Mutex
+	top     string
+	paths   map[uint64]string // QID path → path
+	qids    map[string]uint64 // path → QID path: the names the watch knows
+	pending map[uint64]string // QID path → its name gone, maybe renamed (watchkind.go)
 }
 
 // walk looks p up from the root.
@@ -96,6 +101,7 @@ func (w *watcher) walk(p string) (layer.Node, layer.Attr, error) {
 func (w *watcher) register(n layer.Node, p string, a *layer.Attr) {
 	w.mu.Lock()
 	w.paths[n.Token().Ino] = p
+	w.qids[p] = n.Token().Ino
 	w.mu.Unlock()
 	if !a.IsDir() {
 		return
@@ -153,17 +159,7 @@ func (w *watcher) record(r *journal.Record, _ []layer.Event) {
 		case journal.Data:
 			w.report(Change{Event: "modify", Path: p, Off: f.Off, Len: f.Len})
 		case journal.Entry:
-			cp := path.Join(p, f.Name)
-			ev := map[uint8]string{journal.EntryAdded: "create", journal.EntryRemoved: "delete"}[f.Op]
-			if ev == "" {
-				ev = "change"
-			}
-			w.report(Change{Event: ev, Path: cp})
-			if f.Op != journal.EntryRemoved {
-				if at, a, err := w.walk(cp); err == nil {
-					w.register(at, cp, &a)
-				}
-			}
+			w.entry(path.Join(p, f.Name))
 		default:
 			w.report(Change{Event: "change", Path: p})
 		}

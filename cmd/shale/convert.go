@@ -52,6 +52,7 @@ otherwise one line per file.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&layers, "layer", nil, "the layer to convert LOWER for: compress")
+	cmd.RegisterFlagCompletionFunc("layer", cobra.FixedCompletions([]cobra.Completion{"compress"}, cobra.ShellCompDirectiveNoFileComp))
 	rootCmd.AddCommand(cmd)
 }
 

@@ -66,6 +66,7 @@ at init. See docs/crypt-format.md, "Threat model".`,
 		},
 	}
 	cmd.Flags().StringVar(&layerName, "layer", "", "the layer to prepare LOWER for: crypt")
+	cmd.RegisterFlagCompletionFunc("layer", cobra.FixedCompletions([]cobra.Completion{"crypt"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().StringVar(&passfile, "passfile", "", "read the passphrase from the first line of this file")
 	cmd.Flags().BoolVar(&force, "force", false, "initialise a LOWER that is not empty (its files stay as they are, hidden)")
 	cmd.Flags().BoolVar(&noHoles, "no-holes", false, "store every block encrypted: no all-zero block reads as a hole (sparse files take their full size)")

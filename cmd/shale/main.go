@@ -18,8 +18,11 @@ and serves them through FUSE or over 9P2000.L.
   shale umount MOUNTPOINT         end a mount
   shale serve LOWER               export LOWER over 9P2000.L
   shale mount 9p://HOST:PORT/ MNT mount a 9P export
+  shale status                    list the mounts and servers of this machine
   shale LOWER MOUNTPOINT -o OPTS  shale mount -o OPTS, as mount(8) runs it
-                                  for type fuse.shale (docs/admin.md)`,
+                                  for type fuse.shale or shale (docs/admin.md)
+
+Each command has a manual page (man shale-mount) made from its --help.`,
 	Args: cobra.ArbitraryArgs,
 	// As cobra does for a root command without arguments of its own.
 	SuggestionsMinimumDistance: 2,
@@ -29,10 +32,12 @@ and serves them through FUSE or over 9P2000.L.
 }
 
 // main reports every user-facing error the same way: one line on stderr
-// and a non-zero exit. Commands word their errors as "what, where, what to do".
+// and a non-zero exit, its class's (exit.go). Commands word their errors
+// as "what, where, what to do".
 func main() {
+	usageErrors(rootCmd)
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "shale: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/metrics"
@@ -30,8 +31,10 @@ type mountFlags struct {
 	allowOther    bool
 	noPassthrough bool
 	debug         bool
-	logFile       string
+	logFile       string // --log
+	logLevel      string // --log-level
 	cpuProfile    string
+	nonempty      bool // mount over a mountpoint that has files
 	layers        []string
 	layerFlags
 	stack      string
@@ -99,6 +102,11 @@ is ready). -o takes the flags in mount(8)'s form, as "mount -t fuse.shale" and
 
   shale mount -o layer=crypt,passfile=F,ro LOWER MNT
 
+In the background it logs to the system's log, tagged shale (journalctl -t
+shale, or /var/log/syslog), or where --log says; with no journal or syslog
+socket on the machine, to shale.log in /var/lib/shale (as root; else
+$XDG_STATE_HOME/shale or ~/.local/state/shale).
+
 End it with "shale umount MOUNTPOINT", plain umount, or SIGTERM/SIGINT to the
 serving process. With --stack each view is unmounted on its own, and the
 process ends with the last; views of one layer share one mount (bind mounts),
@@ -142,9 +150,9 @@ shale_client_* metrics.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
 			if err != nil {
-				return err
+				return withCode(exitUsage, err) // a bad -o, unless it says otherwise
 			}
-			f.timeoutSet = cmd.Flags().Changed("timeout")
+			f.defaults(cmd.Flags())
 			f.writeDelaySet = cmd.Flags().Changed("write-delay")
 			f.dirtyMaxSet = cmd.Flags().Changed("dirty-max")
 			return runMount(cmd, &f, args)
@@ -154,13 +162,16 @@ shale_client_* metrics.`,
 	fl.StringVar(&f.stack, "stack", "", "mount every view of the stack this TOML file describes, in one process (see docs/coherence.md)")
 	fl.StringVar(&f.coherence, "coherence", "on", "with --stack: on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
+	cmd.RegisterFlagCompletionFunc("layer", completeLayers)
+	cmd.ValidArgsFunction = completeDirs
 	f.layerFlags.register(fl)
+	fl.BoolVar(&f.nonempty, "nonempty", false, "mount even where MOUNTPOINT has files, hiding them while mounted")
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "serve in the foreground instead of returning once mounted")
-	fl.DurationVar(&f.timeout, "timeout", time.Second, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
-	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "let all users use the mount, with the kernel checking their permissions (needs root; default on as root)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "how long the kernel may cache names and attributes (default: an hour where LOWER is watched, 1s where it cannot be)")
+	fl.BoolVar(&f.allowOther, "allow-other", false, "let all users use the mount, with the kernel checking their permissions (needs root; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve file data through shale even where the kernel offers FUSE passthrough")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f unless --log is given)")
-	fl.StringVar(&f.logFile, "log", "", "append the serving process's log to this file (default: stderr with -f, nowhere otherwise)")
+	f.registerLog(fl, "stderr with -f, else the system's log (journal or syslog)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
 	fl.MarkHidden("cpuprofile")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller: keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
@@ -173,6 +184,18 @@ shale_client_* metrics.`,
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
 	rootCmd.AddCommand(cmd)
+}
+
+// defaults sets the flags whose defaults depend on the case, as their
+// help says: pflag would print a single value as the default too.
+func (f *mountFlags) defaults(fl *pflag.FlagSet) {
+	f.timeoutSet = fl.Changed("timeout")
+	if !f.timeoutSet {
+		f.timeout = time.Second // where LOWER cannot be watched; plan.build
+	}
+	if !fl.Changed("allow-other") {
+		f.allowOther = os.Geteuid() == 0
+	}
 }
 
 func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
@@ -211,11 +234,11 @@ func runMount(cmd *cobra.Command, f *mountFlags, args []string) error {
 }
 
 // checkMountArgs checks LOWER and MOUNTPOINT and returns their absolute,
-// symlink-free forms.
-// A 9p:// LOWER is left as it is.
-func checkMountArgs(lower, mnt string) (string, string, error) {
+// symlink-free forms. A 9p:// LOWER is left as it is. A mountpoint with
+// files in it is refused unless nonempty: the mount would hide them.
+func checkMountArgs(lower, mnt string, nonempty bool) (string, string, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return "", "", errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)")
+		return "", "", withCode(exitMount, errors.New("/dev/fuse is missing: install fuse3 (apt-get install fuse3) and load the module (modprobe fuse)"))
 	}
 	lower, err := checkLower(lower)
 	if err != nil {
@@ -223,13 +246,22 @@ func checkMountArgs(lower, mnt string) (string, string, error) {
 	}
 	mnt, err = checkDir("mountpoint", mnt)
 	if err != nil {
-		return "", "", err
+		return "", "", withCode(exitMountpoint, err)
 	}
 	if mnt == lower || strings.HasPrefix(mnt, lower+"/") {
-		return "", "", fmt.Errorf("mountpoint %s is inside lower directory %s: choose a mountpoint outside it", mnt, lower)
+		return "", "", withCode(exitMountpoint, fmt.Errorf("mountpoint %s is inside lower directory %s: choose a mountpoint outside it", mnt, lower))
 	}
 	if src, fstype, ok := mountedAt(mnt); ok {
-		return "", "", fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt)
+		return "", "", withCode(exitMountpoint, fmt.Errorf("%s is already a mount point (%s from %s): unmount it first (shale umount %s)", mnt, fstype, src, mnt))
+	}
+	if !nonempty {
+		if d, err := os.Open(mnt); err == nil {
+			names, _ := d.Readdirnames(1)
+			d.Close()
+			if len(names) > 0 {
+				return "", "", withCode(exitMountpoint, fmt.Errorf("mountpoint %s is not empty (it has %s): the mount would hide its files; empty it, choose another, or give --nonempty (-o nonempty)", mnt, names[0]))
+			}
+		}
 	}
 	return lower, mnt, nil
 }
@@ -238,14 +270,14 @@ func checkMountArgs(lower, mnt string) (string, string, error) {
 // symlink-free, or a well-formed 9p:// URL.
 func checkLower(lower string) (string, error) {
 	if _, ok, err := p9net.ParseRemote(lower); ok {
-		return lower, err
+		return lower, withCode(exitUsage, err)
 	}
 	lower, err := checkDir("lower directory", lower)
 	if err != nil {
-		return "", err
+		return "", withCode(exitLower, err)
 	}
 	if err := unix.Access(lower, unix.R_OK|unix.X_OK); err != nil {
-		return "", fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err)
+		return "", withCode(exitLower, fmt.Errorf("lower directory %s is not readable: %v; fix its permissions or run as its owner", lower, err))
 	}
 	return lower, nil
 }
@@ -347,7 +379,7 @@ func daemonize(secret []byte) error {
 			state, _ := child.Process.Wait()
 			s = fmt.Sprintf("the serving process ended before the mount was ready (%v)", state)
 		}
-		return errors.New(strings.TrimPrefix(s, "shale: "))
+		return decodeFailure(s)
 	}
 	child.Process.Release()
 	return nil
@@ -391,7 +423,7 @@ func serve(f *mountFlags, p *plan) error {
 	defer held.end()
 	// Saves a disk cache; after the views, which may use the lower to the end.
 	defer p.closeLower(logger)
-	defer serveStats(p, logger)()
+	defer serveViews(p, logger)()
 	defer ms.close(logger)
 	client.set(p.bottom)
 	if ms != nil {
@@ -455,33 +487,10 @@ func serve(f *mountFlags, p *plan) error {
 // report sends err to a waiting parent, if any, and returns it.
 func report(ready *os.File, err error) error {
 	if ready != nil {
-		fmt.Fprintf(ready, "%v\n", err)
+		fmt.Fprintf(ready, "%s\n", encodeFailure(err))
 		ready.Close()
 	}
 	return err
-}
-
-func openLog(f *mountFlags, background bool) (*slog.Logger, error) {
-	var w io.Writer = os.Stderr
-	switch {
-	case f.logFile != "":
-		lf, err := os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("log file %s: %v", f.logFile, err)
-		}
-		w = lf
-		if f.debug {
-			// go-fuse's request log goes to stderr.
-			unix.Dup2(int(lf.Fd()), 2)
-		}
-	case background:
-		w = io.Discard
-	}
-	l := slog.New(slog.NewTextHandler(w, nil))
-	// The stack's parts log through the stack (Spec.Logger); the few
-	// without one (p9net, objstore, compress) through the default.
-	slog.SetDefault(l)
-	return l, nil
 }
 
 // unmountAll ends every view. A busy one is detached: new accesses fail,

@@ -23,7 +23,7 @@ import (
 // flagOptions are the flags of shale mount that -o takes, by option
 // name; an option's flag is its name with "-" for "_". Layers' options
 // (stack.Kind.Options) are added by mountOptionFlags.
-var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "debug", "log", "stack", "cache_dir", "cache_size", "write_delay", "dirty_max", "metrics"}
+var flagOptions = []string{"layer", "timeout", "allow_other", "no_passthrough", "nonempty", "debug", "log", "log_level", "stack", "cache_dir", "cache_size", "write_delay", "dirty_max", "metrics"}
 
 // vfsOptions are the generic mount options the kernel applies to the
 // mount itself; their zero vfsFlags is how fuseview mounts.
@@ -203,6 +203,8 @@ func placeholder(o string) string {
 		return "DIR"
 	case "metrics":
 		return "HOST:PORT"
+	case "log_level":
+		return "LEVEL"
 	case "log", "stack", "passfile":
 		return "FILE"
 	}
@@ -226,7 +228,7 @@ func (f *mountFlags) checkPassfiles() error {
 			continue // planMount says so
 		}
 		if _, takes := k.Options["passfile"]; takes && k.Prepare != nil {
-			return fmt.Errorf("layer %s needs its passphrase and there is no terminal to ask it on: add passfile=FILE to the mount options", name)
+			return withCode(exitPassphrase, fmt.Errorf("layer %s needs its passphrase and there is no terminal to ask it on: add passfile=FILE to the mount options", name))
 		}
 	}
 	return nil
@@ -276,9 +278,9 @@ func runRoot(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		}
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			return fmt.Errorf("unknown command %q: did you mean %s?", args[0], strings.Join(s, " or "))
+			return withCode(exitUsage, fmt.Errorf("unknown command %q: did you mean %s?", args[0], strings.Join(s, " or ")))
 		}
-		return fmt.Errorf("unknown command %q: see shale --help", args[0])
+		return withCode(exitUsage, fmt.Errorf("unknown command %q: see shale --help", args[0]))
 	}
 	mount, _, err := cmd.Find([]string{"mount"})
 	if err != nil {

@@ -80,7 +80,7 @@ See docs/objstore.md.`,
 			return withStore(args[0], "", true, func(s *objstore.Store) error {
 				data, err := s.Read(args[1])
 				if errors.Is(err, objstore.ErrNotFound) {
-					return fmt.Errorf("get: no object %s in %s: check the key with 'shale objstore stat %s'", showKey(args[1]), args[0], args[0])
+					return fmt.Errorf("get: no object %s in %s: check the key (the store does not list its keys; 'shale objstore stat %s' counts its objects)", showKey(args[1]), args[0], args[0])
 				}
 				if err != nil {
 					return fmt.Errorf("get %s from %s: %w", showKey(args[1]), args[0], err)
@@ -167,6 +167,10 @@ func isBlockDevice(path string) bool {
 // be a file the user can only read; it shares the store with other readers
 // but not with an owner.
 func withStore(path, policy string, readOnly bool, fn func(*objstore.Store) error) error {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		// Nothing was lost: it never was a store.
+		return fmt.Errorf("%s is an empty file, not a store: make one with 'shale objstore create %s --size SIZE'", path, path)
+	}
 	s, err := objstore.Open(path, objstore.Options{Policy: policy, ReadOnly: readOnly})
 	if errors.Is(err, objstore.ErrInUse) {
 		return err // "store PATH is in use by process PID (CMD): stop it, or wait"

@@ -176,3 +176,16 @@ func TestObjstoreGetFull(t *testing.T) {
 		t.Fatalf("get: %s", msg)
 	}
 }
+
+// TestObjstoreMessages: an empty file is no store, not a corrupt one, and
+// a missing key's error does not send the user to a listing of keys that
+// stat does not give.
+func TestObjstoreMessages(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, nil, 0o644)
+	code, out := run(t, "objstore", "stat", empty)
+	wantOneLineError(t, code, out, "is an empty file, not a store: make one with 'shale objstore create "+empty+" --size SIZE'")
+	store := newStore(t)
+	code, out = run(t, "objstore", "get", store, "nokey")
+	wantOneLineError(t, code, out, "the store does not list its keys")
+}

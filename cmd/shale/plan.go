@@ -43,6 +43,10 @@ type plan struct {
 	stack bool
 	// bottom is the built stack's lower root, closed at the end.
 	bottom layer.Node
+	// given is LOWER as the user gave it: spec.Lower may have a query
+	// that the command line's flags added (cachedLower), which is no
+	// business of error lines.
+	given string
 }
 
 // planMount reads the command line into a plan and checks it.
@@ -51,10 +55,11 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		if len(args) != 2 {
 			return nil, errors.New("mount needs LOWER and MOUNTPOINT (or --stack FILE): see shale mount --help")
 		}
-		lower, mnt, err := checkMountArgs(args[0], args[1])
+		lower, mnt, err := checkMountArgs(args[0], args[1], f.nonempty)
 		if err != nil {
 			return nil, err
 		}
+		given := lower
 		if lower, err = f.cachedLower(lower); err != nil {
 			return nil, err
 		}
@@ -63,7 +68,7 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 			return nil, err
 		}
 		sp.Views = []stack.View{{Layer: len(sp.Layers), Mountpoint: mnt}}
-		return &plan{spec: sp}, sp.Check()
+		return &plan{spec: sp, given: given}, sp.Check()
 	}
 	if len(args) != 0 || len(f.layers) != 0 {
 		return nil, errors.New("--stack FILE takes no LOWER, MOUNTPOINT or --layer: the file names them")
@@ -83,19 +88,20 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 		sp.Layers[i].Options = f.layerOptions(k, sp.Layers[i].Options)
 	}
 	for i := range sp.Views {
-		lower, mnt, err := checkMountArgs(sp.Lower, sp.Views[i].Mountpoint)
+		lower, mnt, err := checkMountArgs(sp.Lower, sp.Views[i].Mountpoint, f.nonempty)
 		if err != nil {
-			return nil, fmt.Errorf("stack file %s: view %d: %v", f.stack, i+1, err)
+			return nil, fmt.Errorf("stack file %s: view %d: %w", f.stack, i+1, err)
 		}
 		sp.Lower, sp.Views[i].Mountpoint = lower, mnt
 	}
+	given := sp.Lower
 	if sp.Lower, err = f.cachedLower(sp.Lower); err != nil {
 		return nil, err
 	}
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("stack file %s: %v", f.stack, err)
 	}
-	return &plan{spec: sp, stack: true}, nil
+	return &plan{spec: sp, stack: true, given: given}, nil
 }
 
 // cachedLower adds --cache-dir, --cache-size, --write-delay and
@@ -152,19 +158,48 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 	return lower + sep + q.Encode(), nil
 }
 
-// checkClientFlags checks --write-delay and --dirty-max, as remote would.
+// checkClientFlags checks --write-delay, --dirty-max and --cache-size, as
+// remote would, and says what is wrong in the flags' words.
 func (f *mountFlags) checkClientFlags() error {
 	if f.writeDelay < 0 {
-		return fmt.Errorf("--write-delay %v: say a positive duration such as 30s, or 0 to write through", f.writeDelay)
+		return withCode(exitUsage, fmt.Errorf("--write-delay %v: say a positive duration such as 30s, or 0 to write through", f.writeDelay))
 	}
-	if f.dirtyMax != "" {
-		if _, err := remote.OptionsFromQuery(url.Values{"dirtymax": {f.dirtyMax}}); err != nil {
+	for _, c := range []struct{ flag, key, val string }{{"--dirty-max", "dirtymax", f.dirtyMax}, {"--cache-size", "cachesize", f.cacheSize}} {
+		if c.val == "" {
+			continue
+		}
+		if _, err := remote.OptionsFromQuery(url.Values{c.key: {c.val}}); err != nil {
 			_, why, _ := strings.Cut(err.Error(), ": ")
-			return fmt.Errorf("--dirty-max %s: %s", f.dirtyMax, why)
+			return withCode(exitUsage, fmt.Errorf("%s %s: %s", c.flag, c.val, why))
 		}
 	}
 	return nil
 }
+
+// asGivenLower is LOWER as the user gave it.
+func (p *plan) asGivenLower() string {
+	if p.given == "" {
+		return p.spec.Lower // serve's, which adds nothing
+	}
+	return p.given
+}
+
+// asGiven is err with LOWER as the user gave it.
+func (p *plan) asGiven(err error) error {
+	if err == nil || p.given == "" || p.given == p.spec.Lower {
+		return err
+	}
+	return &shownAs{err, p.spec.Lower, p.given}
+}
+
+// shownAs is an error whose text says to where it said from.
+type shownAs struct {
+	err      error
+	from, to string
+}
+
+func (e *shownAs) Error() string { return strings.ReplaceAll(e.err.Error(), e.from, e.to) }
+func (e *shownAs) Unwrap() error { return e.err }
 
 // closeLower ends the stack's lower: a remote one saves its disk cache.
 func (p *plan) closeLower(logger *slog.Logger) {
@@ -239,7 +274,7 @@ func layerHelp() string {
 }
 
 // prepare runs each layer's prepare step (passphrases) in the foreground.
-func (p *plan) prepare() error { return p.spec.Prepare(passphraseFrom) }
+func (p *plan) prepare() error { return p.asGiven(p.spec.Prepare(passphraseFrom)) }
 
 func (p *plan) secrets() []byte {
 	var s [][]byte
@@ -273,7 +308,7 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 	p.spec.Logger = logger
 	st, nodes, err = p.spec.Build(context.Background())
 	if err != nil {
-		return nil, nil, opts, err
+		return nil, nil, opts, p.asGiven(err)
 	}
 	p.bottom = nodes[0]
 	// Every view is a holder of the stack's manager: changes made through
@@ -285,7 +320,7 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 		Timeout:     f.timeout,
 		AllowOther:  f.allowOther,
 		Passthrough: !f.noPassthrough,
-		Source:      p.spec.Lower,
+		Source:      p.asGivenLower(),
 		Debug:       f.debug,
 		Coherent:    true,
 		KeepCache:   true,
@@ -349,10 +384,14 @@ func (p *plan) mountViews(st *stack.Stack, nodes []layer.Node, opts fuseview.Opt
 			m.mnts = append(m.mnts, v.Mountpoint)
 			continue
 		}
-		s, err := fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
+		var s *fuse.Server
+		err := fusermountReason(func() (err error) {
+			s, err = fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)
+			return err
+		})
 		if err != nil {
 			unmountAll(mounts, logger)
-			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, err)
+			return nil, fmt.Errorf("mounting %s (layer %d) at %s: %w", p.spec.Lower, v.Layer, v.Mountpoint, err)
 		}
 		m := &mounted{server: s, mnts: []string{v.Mountpoint}}
 		byLayer[v.Layer] = m

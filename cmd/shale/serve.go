@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"os/user"
@@ -137,7 +138,7 @@ shale_server_* metrics; with a 9p:// lower, its client's as shale_client_*)
 to Prometheus on http://HOST:PORT/metrics.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.timeoutSet = cmd.Flags().Changed("timeout")
+			f.defaults(cmd.Flags())
 			return runServe(&f, args)
 		},
 	}
@@ -167,11 +168,14 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.StringVar(&f.metricsAddr, "metrics", "", "serve the server's counters to Prometheus on http://HOST:PORT/metrics")
 	fl.StringVar(&f.stack, "stack", "", "serve the [[export]]s (and mount the [[view]]s) of the stack this TOML file describes")
 	fl.StringArrayVar(&f.layers, "layer", nil, "stack this layer (repeat to stack several, bottom-most first): "+stack.Names())
+	cmd.RegisterFlagCompletionFunc("layer", completeLayers)
+	cmd.ValidArgsFunction = completeDirs
 	f.layerFlags.register(fl)
-	fl.StringVar(&f.logFile, "log", "", "append the log to this file (default: stderr)")
-	fl.DurationVar(&f.timeout, "timeout", time.Second, "with --stack views: how long the kernel may cache names and attributes (as for mount)")
-	fl.BoolVar(&f.allowOther, "allow-other", os.Geteuid() == 0, "with --stack views: let all users use them (as for mount)")
+	f.registerLog(fl, "stderr")
+	fl.DurationVar(&f.timeout, "timeout", 0, "with --stack views: how long the kernel may cache names and attributes (as for mount; default: an hour where LOWER is watched, 1s where it cannot be)")
+	fl.BoolVar(&f.allowOther, "allow-other", false, "with --stack views: let all users use them (as for mount; default: on as root, off otherwise)")
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "with --stack views: no FUSE passthrough (as for mount)")
+	fl.BoolVar(&f.nonempty, "nonempty", false, "with --stack views: mount them even where their mountpoints have files (as for mount)")
 	fl.StringVar(&f.coherence, "coherence", "on", "on, or off to run without the coherence manager (for tests and benchmarks only)")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
@@ -244,6 +248,9 @@ func upstreamURL(a string) (string, error) {
 func runServe(f *serveFlags, args []string) error {
 	addr, err := p9net.ParseListen(f.listen)
 	if err != nil {
+		return err
+	}
+	if err := probeListen(addr); err != nil {
 		return err
 	}
 	lc, err := listenConfig(f, addr)
@@ -325,6 +332,10 @@ func runServe(f *serveFlags, args []string) error {
 			logger.Warn("the last server of this address and LOWER did not end cleanly, and --grace is 0: opens do not wait for clients to reclaim their delayed writes", "marker", mk.path)
 		}
 	}
+	if !f.noRootSquash {
+		// Otherwise a root client's EACCES is a mystery.
+		logger.Info("clients' uid 0 acts as nobody (65534) here: root's writes fail where nobody may not write; --no-root-squash lets it act as root")
+	}
 	raiseFileLimit()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -333,10 +344,11 @@ func runServe(f *serveFlags, args []string) error {
 		return err
 	}
 	roots := map[string]layer.Node{}
-	var names []string
+	var names, anames []string
 	for _, e := range p.spec.Exports {
 		roots[e.Name] = nodes[e.Layer]
 		names = append(names, fmt.Sprintf("%q (layer %d)", e.Name, e.Layer))
+		anames = append(anames, e.Name)
 	}
 	srv := export.New(st, roots, export.Options{
 		NoRootSquash:    f.noRootSquash,
@@ -378,6 +390,13 @@ func runServe(f *serveFlags, args []string) error {
 	served = true
 	client.set(nodes[0])
 	srvp.Store(srv)
+	defer serveViews(p, logger)()
+	if l := answer(serverSocket(addr.String()), logger, func() any {
+		return serverStatus{Pid: os.Getpid(), Started: started, Lower: showLower(p.spec.Lower), Layers: layerNames(p.spec),
+			Listen: addr.String(), Exports: names, Anames: anames, Stats: string(srv.Stats())}
+	}); l != nil {
+		defer l.Close()
+	}
 	logger.Info("serving", "lower", p.spec.Lower, "listen", addr.String(), "exports", strings.Join(names, ", "), "key", lc.Key != nil, "authorized_keys", lc.AuthorizedKeys)
 	if ms != nil {
 		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
@@ -403,6 +422,27 @@ func runServe(f *serveFlags, args []string) error {
 		os.Remove(addr.Address)
 	}
 	return err
+}
+
+// probeListen tells, before anything is prepared, why addr cannot be
+// listened on, in words: Go's are "bind: address already in use".
+func probeListen(addr p9net.Addr) error {
+	if addr.Network != "tcp" {
+		return nil // p9net says what is wrong with a socket's path
+	}
+	l, err := net.Listen("tcp", addr.Address)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("--listen %s: the address is in use (another shale serve? shale status lists them; ss -ltnp says who): stop it, or choose another port", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("--listen %s: a port below 1024 needs root: choose a port above it (5640 is shale's)", addr)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("--listen %s: no interface of this machine has that address: choose one of its own (ip -brief address)", addr)
+	case err != nil:
+		return fmt.Errorf("--listen %s: %v", addr, err)
+	}
+	l.Close()
+	return nil
 }
 
 // serveLimits are the sizes of serve's bounds, parsed.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"net/url"
@@ -16,9 +15,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
@@ -26,15 +25,16 @@ import (
 
 func init() {
 	var asJSON bool
-	var server, keyFile string
+	var server, keyFile, format string
 	cmd := &cobra.Command{
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
-		Short: "print the counters of a mount of a 9P tree, or of a server",
-		Long: `Stats prints the counters of the 9P client serving MOUNTPOINT: requests by
-9P type, cache hits and misses by kind (stat, directory, data, readlink,
-xattr), journal records applied, bytes sent and received. The mount process
-answers on a unix socket in /run/shale/ (as root; $XDG_RUNTIME_DIR/shale
-otherwise) named after a hash of the mount point.
+		Short: "print the counters of a mount, or of a server",
+		Long: `Stats prints what shale status says of MOUNTPOINT (its process, stack and
+LOWER), and with a 9p:// LOWER the counters of the 9P client serving it:
+requests by 9P type, cache hits and misses by kind (stat, directory, data,
+readlink, xattr), journal records applied, bytes sent and received. The
+mount process answers on a unix socket in /run/shale/ (as root;
+$XDG_RUNTIME_DIR/shale otherwise) named after a hash of the mount point.
 
 With a server that follows Sprite's rules (shale serve), a "Sprite" part
 follows: bytes programs read and wrote against those that went to and from
@@ -48,11 +48,14 @@ refused).
 
 With a 9p:// URL, or --server ADDR (tcp:HOST:PORT, HOST:PORT or
 unix:/path; --keyfile for a server that wants a key), it prints the
-statistics file of the server's journal controller (shale serve) as the
-server gives it, "name value" a line: requests.TYPE, bytes.in and .out,
-connections, journals, records.*, and Sprite's sprite.* (files followed,
-opens, those that recalled or were shared, opens.grace that waited after a
-restart, recall.timeouts, writebacks, writebacks.refused).
+statistics of the server's journal controller (shale serve): connections,
+bytes in and out, journals and their records, requests by 9P type, and
+Sprite's part (files followed, opens, those that recalled or were shared,
+those that waited after a restart, recall timeouts, write-backs). On a
+terminal they are tables; otherwise, or with --format raw, the statistics
+file as the server gives it, "name value" a line, for scripts:
+requests.TYPE, bytes.in and .out, connections, journals, records.*,
+sprite.* (docs/network.md).
 
 --json prints a mount's counters as one JSON object.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +67,11 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 			}
 			if keyFile != "" {
 				return errors.New("--keyfile goes with --server; a 9p:// URL takes ?keyfile=FILE")
+			}
+			switch format {
+			case "auto", "table", "raw":
+			default:
+				return fmt.Errorf("--format %s: say auto, table or raw", format)
 			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
@@ -87,25 +95,38 @@ restart, recall.timeouts, writebacks, writebacks.refused).
 				if err != nil {
 					return err
 				}
-				os.Stdout.Write(b)
+				switch {
+				case format == "raw", format == "auto" && !term.IsTerminal(int(os.Stdout.Fd())):
+					os.Stdout.Write(b)
+				default:
+					printServerStats(os.Stdout, b)
+				}
 				return nil
 			}
 			mnt, err := filepath.Abs(args[0])
 			if err != nil {
 				return err
 			}
-			s, err := readStats(mnt)
+			r, err := readStatus(mnt)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(s)
+				return json.NewEncoder(os.Stdout).Encode(r)
 			}
-			printStats(os.Stdout, s)
+			printView(os.Stdout, r.Mount)
+			if r.Stats == nil {
+				fmt.Println("\nno 9P client: counters are kept for mounts of a 9p:// tree")
+				return nil
+			}
+			fmt.Println()
+			printStats(os.Stdout, *r.Stats)
 			return nil
 		},
 	}
+	cmd.ValidArgsFunction = completeStats
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
+	cmd.Flags().StringVar(&format, "format", "auto", "a server's statistics as tables (table), or as its file gives them, name value a line (raw); auto: tables on a terminal")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
 	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
 	rootCmd.AddCommand(cmd)
@@ -172,71 +193,14 @@ func mountHash(mnt string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// serveStats answers shale stats for each view of a stack whose lower is
-// a 9P tree, until the returned stop.
-func serveStats(p *plan, logger *slog.Logger) (stop func()) {
-	if _, ok := remote.StatsOf(p.bottom); !ok {
-		return func() {}
-	}
-	var ls []net.Listener
-	for _, v := range p.spec.Views {
-		sock := statsSocket(v.Mountpoint)
-		os.MkdirAll(filepath.Dir(sock), 0o755)
-		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-			c.Close()
-			logger.Warn("another process answers the statistics of this mount point", "socket", sock)
-			continue
-		}
-		os.Remove(sock)
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			logger.Warn("no statistics socket", "socket", sock, "err", err)
-			continue
-		}
-		ls = append(ls, l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				s, _ := remote.StatsOf(p.bottom)
-				json.NewEncoder(c).Encode(s)
-				c.Close()
-			}
-		}()
-	}
-	return func() {
-		for _, l := range ls {
-			l.Close() // removes the socket file
-		}
-	}
-}
-
-// readStats asks the process serving mnt for its counters.
-func readStats(mnt string) (remote.Stats, error) {
-	var s remote.Stats
-	sock := statsSocket(mnt)
-	c, err := net.DialTimeout("unix", sock, 5*time.Second)
-	if err != nil {
-		return s, fmt.Errorf("no statistics for %s (%v): is it a shale mount of a 9p:// tree, mounted by this user?", mnt, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(c)
-	if err == nil {
-		err = json.Unmarshal(b, &s)
-	}
-	if err != nil {
-		return s, fmt.Errorf("statistics of %s from %s: %v", mnt, sock, err)
-	}
-	return s, nil
-}
-
 func printStats(w io.Writer, s remote.Stats) {
 	caching := "off (the server has no journal controller: close-to-open)"
-	if s.Caching {
+	switch {
+	case s.Caching:
 		caching = "on, journal " + s.Journal
+	case s.Journal != "":
+		// A journal was read: the controller is there, the server not.
+		caching = "off until the server answers again (journal " + s.Journal + ")"
 	}
 	fmt.Fprintf(w, "server     %s\ncaching    %s\n", s.Server, caching)
 	fmt.Fprintf(w, "cached     %d files, %d bytes of data\n", s.CachedFiles, s.CachedBytes)

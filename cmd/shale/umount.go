@@ -26,8 +26,9 @@ serving process has ended, a remote lower's disk cache saved, so that the
 same mount can be made again at once. It does not wait for a process that
 goes on serving other mount points. It fails, changing nothing, while files
 are open there.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return umount(args[0]) },
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMounts,
+		RunE:              func(cmd *cobra.Command, args []string) error { return umount(args[0]) },
 	})
 }
 

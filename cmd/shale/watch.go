@@ -27,14 +27,19 @@ docs/network.md) and walks and lists PATH recursively so that the controller
 tells it of everything there.
 
   create PATH    a name was added          delete PATH    a name was removed
-  change PATH    a name was replaced, or something the watch cannot name
+  rename OLD NEW a file or directory was renamed (moved) from OLD to NEW
   modify PATH    data changed              attrib PATH    attributes changed
+  change PATH    an entry changed in a way the watch cannot name
   reset PATH     changes were lost (the watch was too far behind, or the
                  server restarted): everything under PATH may have changed
 
---json prints one JSON object a line: {"event":"modify","path":"/a","off":0,"len":5}.
+--json prints one JSON object a line: {"event":"modify","path":"/a","off":0,"len":5},
+{"event":"rename","path":"/new","old":"/old"}. A delete is printed a tenth of a
+second late: the time the watch waits for the file to show up under a new
+name, which makes it a rename.
 It runs until SIGINT or SIGTERM, and then exits with status 0.`,
-		Args: cobra.RangeArgs(1, 2),
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: completeURLs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ok, err := p9net.ParseRemote(args[0])
 			if err != nil {
@@ -58,7 +63,11 @@ It runs until SIGINT or SIGTERM, and then exits with status 0.`,
 				if asJSON {
 					enc.Encode(c)
 				} else {
-					fmt.Printf("%s %s\n", c.Event, c.Path)
+					if c.Event == "rename" {
+						fmt.Printf("%s %s %s\n", c.Event, c.Old, c.Path)
+					} else {
+						fmt.Printf("%s %s\n", c.Event, c.Path)
+					}
 				}
 			})
 			if err != nil && errors.Is(ctx.Err(), context.Canceled) {
