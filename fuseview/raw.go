@@ -20,9 +20,15 @@ import (
 // It notes the value under the request's cancel channel, which is unique
 // to the request while it runs, and the node reads it back from its
 // context.
+//
+// It also serves directories the kernel opened without OPENDIR
+// (opendir.go).
 type rawFS struct {
 	fuse.RawFileSystem
 	notes sync.Map // <-chan struct{} -> uint64
+
+	noOpendir bool // answer OPENDIR with ENOSYS
+	cursors   dirCursors
 }
 
 func (r *rawFS) note(cancel <-chan struct{}, v uint64) func() {

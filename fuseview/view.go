@@ -132,7 +132,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	// The root stays the caller's: several views may share it.
 	rootInode := v.newInode(root)
 	rootInode.h.done.Store(true)
-	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo)}
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), noOpendir: o.KeepCache && o.AllowOther}
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()

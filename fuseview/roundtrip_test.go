@@ -1,0 +1,156 @@
+package fuseview
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shalefs/shale/hostfs"
+)
+
+// The round trips a coherent view skips (docs/coherence.md): each test
+// checks that the request is gone, and that a change made beside shale,
+// in LOWER by another process, still shows through the mount after it.
+
+// requests counts the FUSE requests a mount receives, by opcode, from
+// go-fuse's debug log.
+type requests struct {
+	mu  sync.Mutex
+	n   map[string]int
+	buf []byte
+}
+
+var rxLine = regexp.MustCompile(`rx \d+: ([A-Z_]+)`)
+
+func (r *requests) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = append(r.buf, p...)
+	for {
+		i := bytes.IndexByte(r.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if m := rxLine.FindSubmatch(r.buf[:i]); m != nil {
+			r.n[string(m[1])]++
+		}
+		r.buf = r.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+// since returns the counts since the last call.
+func (r *requests) since() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.n
+	r.n = map[string]int{}
+	return n
+}
+
+// coherentMount mounts a new lower directory as shale mount does as root:
+// coherent, hour-long caches, the page cache kept, LOWER watched with
+// fanotify; with views > 1 as shale mount --stack does, several views of
+// the stack. Their requests are counted together.
+func coherentMount(t *testing.T, passthrough bool, views int) (lower string, mnts []string, reqs *requests) {
+	lower, st, root := hostStack(t)
+	stop, err := hostfs.Watch(root, hostfs.WatchFanotify, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs = &requests{n: map[string]int{}}
+	log.SetOutput(reqs)
+	var srvs []*fuse.Server
+	t.Cleanup(func() {
+		stop()
+		for i, srv := range srvs {
+			if err := srv.Unmount(); err != nil {
+				t.Errorf("unmount %s: %v", mnts[i], err)
+			}
+		}
+		log.SetOutput(os.Stderr)
+		root.Forget()
+	})
+	for range views {
+		mnt := t.TempDir()
+		srv, err := Mount(mnt, st, root, Options{Timeout: time.Hour, AllowOther: true, Passthrough: passthrough,
+			Coherent: true, KeepCache: true, Source: lower, Debug: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mnts, srvs = append(mnts, mnt), append(srvs, srv)
+	}
+	return lower, mnts, reqs
+}
+
+// beside runs a shell command in another process: fanotify skips changes
+// made by the process serving the mount, which shale made itself.
+func beside(t *testing.T, script string) {
+	t.Helper()
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v %s", script, err, out)
+	}
+}
+
+// eventually polls cond until it holds, for a generous while: the watch
+// tells the view a moment after the change.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, got := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %s after 10s", what, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns []string
+	for _, e := range es {
+		ns = append(ns, e.Name())
+	}
+	return ns
+}
+
+// Listings: no OPENDIR or RELEASEDIR, and no READDIR once the kernel
+// keeps the listing; names made and removed in LOWER still show.
+func TestNoOpendir(t *testing.T) {
+	lower, mnts, reqs := coherentMount(t, true, 1)
+	mnt := mnts[0]
+	beside(t, "mkdir "+lower+"/d && echo a >"+lower+"/d/a")
+	d := filepath.Join(mnt, "d")
+	names(t, d)
+	reqs.since()
+	if got := names(t, d); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("listing: %v", got)
+	}
+	if n := reqs.since(); n["OPENDIR"]+n["RELEASEDIR"]+n["READDIR"]+n["READDIRPLUS"] != 0 {
+		t.Errorf("a listing the kernel keeps cost %v", n)
+	}
+	beside(t, "echo b >"+lower+"/d/b && rm "+lower+"/d/a")
+	eventually(t, "listing after b made and a removed in LOWER", func() (bool, string) {
+		got := names(t, d)
+		return slices.Equal(got, []string{"b"}), fmt.Sprintf("listing %v", got)
+	})
+}
