@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/hostfs"
 )
@@ -153,4 +155,109 @@ func TestNoOpendir(t *testing.T) {
 		got := names(t, d)
 		return slices.Equal(got, []string{"b"}), fmt.Sprintf("listing %v", got)
 	})
+}
+
+const lockHelperEnv = "FUSEVIEW_TEST_LOCK"
+
+// lockChild tries a POSIX write lock on all of path, prints OK or the
+// error, and exits.
+func lockChild(path string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK})
+	}
+	if err != nil {
+		fmt.Println(err)
+	} else {
+		fmt.Println("OK")
+	}
+	os.Exit(0)
+}
+
+// otherLocks reports whether another process may lock all of path now.
+func otherLocks(t *testing.T, path string) string {
+	t.Helper()
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), lockHelperEnv+"="+path)
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("locking child: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// close(2) costs no FLUSH while no POSIX lock is held on the file; a
+// descriptor opened while one is held keeps it, so that closing it drops
+// the process's locks, and the locks taken through one without go at
+// its release. A change made in LOWER still shows.
+func TestNoFlush(t *testing.T) {
+	lower, mnts, reqs := coherentMount(t, true, 1)
+	mnt := mnts[0]
+	beside(t, "echo old >"+lower+"/f")
+	p := filepath.Join(mnt, "f")
+	reqs.since()
+	if b, err := os.ReadFile(p); err != nil || string(b) != "old\n" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	waitQuiet(t, reqs)
+	if n := reqs.since(); n["FLUSH"] != 0 || n["RELEASE"] != 1 {
+		t.Errorf("open, read and close of an unlocked file: %v, want RELEASE and no FLUSH", n)
+	}
+
+	fd1, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd1.Close() // on failure: the mount would stay busy
+	if err := unix.FcntlFlock(fd1.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+		t.Fatal(err)
+	}
+	if got := otherLocks(t, p); got != "resource temporarily unavailable" {
+		t.Fatalf("other process while we hold the lock: %s", got)
+	}
+	// Opened while the lock is held: its close drops it.
+	fd2, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd2.Close()
+	if got := otherLocks(t, p); got != "OK" {
+		t.Fatalf("other process after closing a descriptor opened under the lock: %s", got)
+	}
+	// Taken through the descriptor with no FLUSH: dropped at its release,
+	// which the kernel sends after close(2) returns.
+	if err := unix.FcntlFlock(fd1.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+		t.Fatal(err)
+	}
+	fd1.Close()
+	eventually(t, "other process's lock after the last close", func() (bool, string) {
+		got := otherLocks(t, p)
+		return got == "OK", got
+	})
+
+	beside(t, "echo new >"+lower+"/f")
+	eventually(t, "contents after a change in LOWER", func() (bool, string) {
+		b, err := os.ReadFile(p)
+		return err == nil && string(b) == "new\n", fmt.Sprintf("%q %v", b, err)
+	})
+}
+
+// waitQuiet waits until the mount has received no request for a while:
+// RELEASE comes after close(2) returns.
+func waitQuiet(t *testing.T, reqs *requests) {
+	t.Helper()
+	last := -1
+	for i := 0; i < 500; i++ {
+		reqs.mu.Lock()
+		n := 0
+		for _, k := range reqs.n {
+			n += k
+		}
+		reqs.mu.Unlock()
+		if n == last {
+			return
+		}
+		last = n
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -48,6 +48,10 @@ import (
 type FS struct {
 	dir     string
 	rootDev uint64
+	// quietClose: closing a file of the lower file system reports no
+	// errors (it is no network or FUSE file system), so a Flush past
+	// locks has nothing to tell (file.go).
+	quietClose bool
 	asRoot  bool      // we are root: create objects with the caller's fsuid/fsgid
 	euid    uint32    // without asRoot, the only user Check callers may be
 	own     procCreds // the process's credentials, to restore threads to
@@ -109,6 +113,7 @@ func New(s *stack.Stack, dir string) (layer.Node, error) {
 		return nil, fmt.Errorf("stat %s: %w", dir, err)
 	}
 	fs.rootDev = unix.Mkdev(st.Dev_major, st.Dev_minor)
+	fs.quietClose = quietOnClose(fd)
 	root := fs.newNode(fd, &st)
 	root.pinned = true // it is the cache's mount descriptor, outside the ring
 	return root, nil

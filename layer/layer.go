@@ -116,6 +116,15 @@ type Passthrougher interface {
 	PassthroughFd() (fd int, ok bool)
 }
 
+// LocksOnlyFlusher is implemented by handles whose Flush does nothing but
+// drop the closing owner's POSIX locks: no delayed writes, no error to
+// report at close. A frontend may then spare close(2) its FLUSH while no
+// one holds such a lock on the file, since Release drops the locks taken
+// through the handle meanwhile.
+type LocksOnlyFlusher interface {
+	FlushesOnlyLocks() bool
+}
+
 // DirStream reads a directory. Entries carry the offset of the next entry,
 // stable under concurrent changes, so a listing can resume with Seek.
 type DirStream interface {
