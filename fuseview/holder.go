@@ -97,9 +97,7 @@ func (v *view) invalidateAll() {
 			continue
 		}
 		in.NotifyContent(0, 0)
-		for name := range in.Children() {
-			in.NotifyEntry(name)
-		}
+		in.notifyEntries()
 	}
 }
 
@@ -112,14 +110,22 @@ func (v *view) invalidateName(dir *inode, lower string) {
 		name, ok = t.UpperName(context.Background(), lower)
 	}
 	if ok {
-		// Only names the kernel holds: it keeps no negative entries
-		// when a manager pushes changes.
-		if dir.GetChild(name) != nil {
+		// Only names the kernel holds, positive or negative.
+		if dir.neg.changed(name) || dir.GetChild(name) != nil {
 			dir.NotifyEntry(name)
 		}
 		return
 	}
+	dir.notifyEntries()
+}
+
+// notifyEntries drops every entry the kernel holds in dir, positive or
+// negative.
+func (dir *inode) notifyEntries() {
 	for name := range dir.Children() {
+		dir.NotifyEntry(name)
+	}
+	for _, name := range dir.neg.all() {
 		dir.NotifyEntry(name)
 	}
 }

@@ -22,6 +22,7 @@ type inode struct {
 	// listed: the kernel may hold a listing of this directory (opened
 	// with FOPEN_CACHE_DIR), which changing must drop.
 	listed atomic.Bool
+	neg    negatives // names its LOOKUPs found missing (negative.go)
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -100,7 +101,21 @@ func (i *inode) child(ctx context.Context, c layer.Node, a *layer.Attr, out *fus
 	return i.NewInode(ctx, i.v.newInode(c), fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
 }
 
+// Lookup keeps the names found missing, when coherent (negative.go).
 func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if i.v.mgr == nil {
+		return i.lookup(ctx, name, out)
+	}
+	i.neg.looking(name)
+	ch, e := i.lookup(ctx, name, out)
+	if !i.neg.found(name, e == syscall.ENOENT) && e == syscall.ENOENT {
+		// Not kept: go-fuse leaves ENOENT with a timeout set as it is.
+		out.SetEntryTimeout(time.Nanosecond)
+	}
+	return ch, e
+}
+
+func (i *inode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
 	mark := i.v.cached.Mark()
 	c, e := i.node().Lookup(i.v.caller(ctx), name, &a)

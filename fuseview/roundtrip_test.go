@@ -261,3 +261,36 @@ func waitQuiet(t *testing.T, reqs *requests) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A name found missing is asked for once; made in LOWER by another
+// process, or through another view of the stack, it shows.
+func TestNegativeEntries(t *testing.T) {
+	lower, mnts, reqs := coherentMount(t, true, 2)
+	a, b := mnts[0], mnts[1]
+	missing := func(p string) bool {
+		_, err := os.Lstat(p)
+		return os.IsNotExist(err)
+	}
+	for _, name := range []string{"x", "y"} {
+		if !missing(filepath.Join(a, name)) {
+			t.Fatalf("%s: not missing", name)
+		}
+	}
+	waitQuiet(t, reqs)
+	reqs.since()
+	missing(filepath.Join(a, "x"))
+	if n := reqs.since(); n["LOOKUP"] != 0 {
+		t.Errorf("a name found missing before cost %v", n)
+	}
+	beside(t, "echo x >"+lower+"/x")
+	eventually(t, "a name made in LOWER", func() (bool, string) {
+		return !missing(filepath.Join(a, "x")), "missing"
+	})
+	// Through another view: seen once the create returned.
+	if err := os.WriteFile(filepath.Join(b, "y"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if missing(filepath.Join(a, "y")) {
+		t.Error("a name made through another view is missing in the first")
+	}
+}

@@ -114,13 +114,9 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 		mo.EnableAcl = true
 		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
-	// With a manager, the kernel keeps no negative entries: a view then
-	// need not be told of names it never had (holder.go), which would cost
-	// a notification per name created through any other view.
+	// The kernel keeps negative entries as long as names: a coherent view
+	// drops those a change names (negative.go).
 	negative := o.Timeout
-	if o.Coherent {
-		negative = 0
-	}
 	fo := &fs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &o.Timeout,
