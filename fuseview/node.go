@@ -302,9 +302,10 @@ func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle,
 	}
 	// The kernel keeps the listing: changes through this view drop it
 	// (changing), and those through others or beside the stack too
-	// (holder.go).
+	// (holder.go). Marked again at each READDIR: a handle the view keeps
+	// for READDIRs with none (opendir.go) outlives a drop.
 	i.listed.Store(true)
-	return &dirHandle{d: d, v: i.v}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	return &dirHandle{d: d, v: i.v, listed: &i.listed}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // changing marks a request that changes i's entries: busy while it runs
