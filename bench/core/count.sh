@@ -43,6 +43,9 @@ done
 if [ -z "$bin" ]; then
 	CGO_ENABLED=0 go build -o bin/shale ./cmd/shale
 	bin=bin/shale
+	build="shale $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty tree)')"
+else
+	build="the shale binary $bin"
 fi
 tmp=$(mktemp -d /tmp/shale-count.XXXXXX)
 cp "$bin" "$tmp/shale"
@@ -112,7 +115,7 @@ for s in "${syslist[@]}"; do
 	"$shale" umount "$mnt"
 done
 
-echo "Requests by opcode: \`bench/core/count.sh -s $systems -t $SRC\` ($(find "$SRC" -type f | wc -l) files, $(find "$SRC" -type d | wc -l) directories), shale $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty tree)'), kernel $(uname -r)"
+echo "Requests by opcode: \`bench/core/count.sh -s $systems -t $SRC\` ($(find "$SRC" -type f | wc -l) files, $(find "$SRC" -type d | wc -l) directories), $build, kernel $(uname -r)"
 echo
 awk -F'\t' '
 	{ k = $1 " | " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k } }
