@@ -66,6 +66,14 @@ func (n *negatives) changed(name string) bool {
 	return false
 }
 
+// made forgets name, made through the view: the kernel's entry is its
+// own reply's.
+func (n *negatives) made(name string) {
+	n.mu.Lock()
+	delete(n.names, name)
+	n.mu.Unlock()
+}
+
 // all is changed for every name: it returns those the kernel may hold.
 func (n *negatives) all() []string {
 	n.mu.Lock()

@@ -181,7 +181,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Mkdir(i.v.creator(ctx), name, mode, &a)
 	if e != 0 {
@@ -191,7 +191,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Mknod(i.v.creator(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
@@ -201,7 +201,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
@@ -211,7 +211,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	t, ok := target.(*inode)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -225,7 +225,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, h, e := i.node().Create(i.v.creator(ctx), name, flags, mode, &a)
 	if e != 0 {
@@ -235,12 +235,12 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer i.changing()()
+	defer i.changing(name)()
 	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	defer i.changing()()
+	defer i.changing(name)()
 	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
@@ -249,8 +249,8 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
-	defer i.changing()()
-	defer p.changing()()
+	defer i.changing(name)()
+	defer p.changing(newName)()
 	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 
@@ -308,13 +308,16 @@ func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle,
 	return &dirHandle{d: d, v: i.v, listed: &i.listed}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// changing marks a request that changes i's entries: busy while it runs
-// (holder.go), and the kernel's listing of i dropped before the reply. The
-// kernel starts a fresh listing after its own changes, but an open stream
-// that seeks would list, from its cache, names since removed.
-func (i *inode) changing() func() {
+// changing marks a request that changes i's entry name: busy while it
+// runs (holder.go), and the kernel's listing of i dropped before the
+// reply. The kernel starts a fresh listing after its own changes, but an
+// open stream that seeks would list, from its cache, names since removed.
+// The kernel's entry for name is now the reply's, not one the view kept
+// as missing (negative.go).
+func (i *inode) changing(name string) func() {
 	done := i.v.cached.Busy(i.node().Token())
 	return func() {
+		i.neg.made(name)
 		if i.listed.Swap(false) {
 			i.NotifyContent(0, 0)
 		}

@@ -143,3 +143,16 @@ func (r *rawFS) Forget(node, nlookup uint64) {
 	}
 	r.RawFileSystem.Forget(node, nlookup)
 }
+
+// OnUnmount closes the cursors left: the kernel forgets nothing when
+// the mount goes.
+func (r *rawFS) OnUnmount() {
+	r.cursors.mu.Lock()
+	left := r.cursors.fh
+	r.cursors.fh = nil
+	r.cursors.mu.Unlock()
+	for node, fh := range left {
+		r.release(node, fh)
+	}
+	r.RawFileSystem.OnUnmount()
+}
