@@ -48,10 +48,6 @@ import (
 type FS struct {
 	dir     string
 	rootDev uint64
-	// quietClose: closing a file of the lower file system reports no
-	// errors (it is no network or FUSE file system), so a Flush past
-	// locks has nothing to tell (file.go).
-	quietClose bool
 	asRoot  bool      // we are root: create objects with the caller's fsuid/fsgid
 	euid    uint32    // without asRoot, the only user Check callers may be
 	own     procCreds // the process's credentials, to restore threads to
@@ -59,6 +55,11 @@ type FS struct {
 	st      *stack.Stack                 // raises its events, keeps its locks
 	inotify atomic.Pointer[inotifyWatch] // while inotify watches (inotify.go)
 	minted  minted                       // generations of files that have no other (gen.go)
+
+	// quietClose: closing a file of the lower file system reports no
+	// errors (it is no network or FUSE file system), so a Flush past
+	// locks has nothing to tell (file.go).
+	quietClose bool
 }
 
 // KeepsOffsets: the FS is the bottom of its stack.
