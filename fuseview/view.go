@@ -131,7 +131,10 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	// The root stays the caller's: several views may share it.
 	rootInode := v.newInode(root)
 	rootInode.h.done.Store(true)
-	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), noOpendir: o.KeepCache && o.AllowOther}
+	// No OPENDIR (opendir.go) where a listing can go on in a new stream.
+	ds, ok := root.(layer.DirSeeker)
+	noOpendir := o.KeepCache && o.AllowOther && ok && ds.SeeksAnywhere()
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), noOpendir: noOpendir}
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()
