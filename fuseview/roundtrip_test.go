@@ -325,3 +325,44 @@ func TestSymlinkCache(t *testing.T) {
 		return got == "new", got
 	})
 }
+
+// Listings with no OPENDIR go on through the view's own handles, shared
+// and reopened: readers listing one large directory at once, and one
+// that stops halfway, each see every name.
+func TestNoOpendirListingsAtOnce(t *testing.T) {
+	lower, mnts, _ := coherentMount(t, true, 1)
+	const n = 3000
+	beside(t, "mkdir "+lower+"/d && cd "+lower+"/d && seq "+fmt.Sprint(n)+" | xargs touch")
+	d := filepath.Join(mnts[0], "d")
+	// One stops halfway: its handle is left to the others.
+	f, err := os.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadDir(100); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	got := make([]int, 4)
+	for i := range got {
+		wg.Go(func() {
+			es, err := os.ReadDir(d)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = len(es)
+		})
+	}
+	wg.Wait()
+	rest, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, 100+len(rest))
+	for i, k := range got {
+		if k != n {
+			t.Errorf("listing %d: %d names, want %d", i, k, n)
+		}
+	}
+}
