@@ -130,20 +130,6 @@ func (dir *inode) notifyEntries() {
 	}
 }
 
-// noFlush is FOPEN_NOFLUSH for a handle whose Flush only drops the
-// closing process's POSIX locks, while the file has none: close(2) then
-// costs no FLUSH. Locks a process takes through it later go at RELEASE
-// (the layer's Release drops those taken through the handle), not at the
-// close of another descriptor of the file opened before them
-// (docs/coherence.md). A descriptor opened while a lock is held keeps
-// its FLUSH, so closing it drops the process's locks, as POSIX says.
-func (v *view) noFlush(h layer.Handle, tok layer.Token) uint32 {
-	if f, ok := h.(layer.LocksOnlyFlusher); ok && f.FlushesOnlyLocks() && !v.locks.HoldsPosix(tok) {
-		return fuse.FOPEN_NOFLUSH
-	}
-	return 0
-}
-
 // openFlags are the FUSE open flags of a file: with coherence the page
 // cache stays valid across opens, since changes are pushed.
 func (v *view) openFlags() uint32 {

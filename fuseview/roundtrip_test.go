@@ -162,7 +162,10 @@ const lockHelperEnv = "FUSEVIEW_TEST_LOCK"
 // lockChild tries a POSIX write lock on all of path, prints OK or the
 // error, and exits.
 func lockChild(path string) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.NewFile(3, "inherited"), error(nil)
+	if path != inheritedFd {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err == nil {
 		err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK})
 	}
@@ -174,6 +177,10 @@ func lockChild(path string) {
 	os.Exit(0)
 }
 
+// inheritedFd tells lockChild to lock its descriptor 3, an open file it
+// shares with its parent.
+const inheritedFd = "fd3"
+
 // otherLocks reports whether another process may lock all of path now.
 func otherLocks(t *testing.T, path string) string {
 	t.Helper()
@@ -184,65 +191,6 @@ func otherLocks(t *testing.T, path string) string {
 		t.Fatalf("locking child: %v", err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// close(2) costs no FLUSH while no POSIX lock is held on the file; a
-// descriptor opened while one is held keeps it, so that closing it drops
-// the process's locks, and the locks taken through one without go at
-// its release. A change made in LOWER still shows (without passthrough,
-// where the kernel keeps the pages across opens).
-func TestNoFlush(t *testing.T) {
-	lower, mnts, reqs := coherentMount(t, false, 1)
-	p := filepath.Join(mnts[0], "f")
-	if err := os.WriteFile(p, []byte("old\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitQuiet(t, reqs)
-	reqs.since()
-	if b, err := os.ReadFile(p); err != nil || string(b) != "old\n" {
-		t.Fatalf("read: %q %v", b, err)
-	}
-	waitQuiet(t, reqs)
-	if n := reqs.since(); n["FLUSH"] != 0 || n["RELEASE"] != 1 {
-		t.Errorf("open, read and close of an unlocked file: %v, want RELEASE and no FLUSH", n)
-	}
-
-	fd1, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd1.Close() // on failure: the mount would stay busy
-	if err := unix.FcntlFlock(fd1.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
-		t.Fatal(err)
-	}
-	if got := otherLocks(t, p); got != "resource temporarily unavailable" {
-		t.Fatalf("other process while we hold the lock: %s", got)
-	}
-	// Opened while the lock is held: its close drops it.
-	fd2, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd2.Close()
-	if got := otherLocks(t, p); got != "OK" {
-		t.Fatalf("other process after closing a descriptor opened under the lock: %s", got)
-	}
-	// Taken through the descriptor with no FLUSH: dropped at its release,
-	// which the kernel sends after close(2) returns.
-	if err := unix.FcntlFlock(fd1.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
-		t.Fatal(err)
-	}
-	fd1.Close()
-	eventually(t, "other process's lock after the last close", func() (bool, string) {
-		got := otherLocks(t, p)
-		return got == "OK", got
-	})
-
-	beside(t, "echo newer >"+lower+"/f")
-	eventually(t, "contents after a change in LOWER", func() (bool, string) {
-		b, err := os.ReadFile(p)
-		return err == nil && string(b) == "newer\n", fmt.Sprintf("%q %v", b, err)
-	})
 }
 
 // waitQuiet waits until the mount has received no request for a while:
@@ -364,5 +312,31 @@ func TestNoOpendirListingsAtOnce(t *testing.T) {
 		if k != n {
 			t.Errorf("listing %d: %d names, want %d", i, k, n)
 		}
+	}
+}
+
+// A process's POSIX locks go when it exits, although its parent still
+// has the open file it locked through: close(2) at exit sends FLUSH,
+// with the child's lock owner. With FOPEN_NOFLUSH they stayed until the
+// parent closed it too (stress-ng's lockf stressor hung on them).
+func TestLocksGoWithTheirProcess(t *testing.T) {
+	_, mnts, _ := coherentMount(t, true, 1)
+	p := filepath.Join(mnts[0], "f")
+	if err := os.WriteFile(p, []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), lockHelperEnv+"="+inheritedFd)
+	c.ExtraFiles = []*os.File{f}
+	if out, err := c.Output(); err != nil || strings.TrimSpace(string(out)) != "OK" {
+		t.Fatalf("child locking the shared file: %q %v", out, err)
+	}
+	if got := otherLocks(t, p); got != "OK" {
+		t.Errorf("another process after the locking child exited: %s", got)
 	}
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/shalefs/shale/coherence"
 	"github.com/shalefs/shale/layer"
-	"github.com/shalefs/shale/lock"
 	"github.com/shalefs/shale/stack"
 )
 
@@ -62,8 +61,6 @@ type view struct {
 	raw  *rawFS
 	id   uint32 // in the coherence manager
 	mgr  *coherence.Manager
-	// locks is the stack's lock table, which noFlush asks (holder.go).
-	locks *lock.Table
 
 	// sameOffsets: the view's files have the offsets of the host's (no
 	// layer in the stack reshapes data), so Data events' ranges apply.
@@ -77,7 +74,7 @@ type view struct {
 // the caller's: the view never calls its Forget, so several views may
 // serve one root.
 func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Server, error) {
-	v := &view{opts: o, locks: st.Locks()}
+	v := &view{opts: o}
 	var m *coherence.Manager
 	if o.Coherent {
 		m = st.Manager()

@@ -13,10 +13,9 @@ import (
 
 // file is an open host file.
 type file struct {
-	fd    int
-	tok   layer.Token
-	fs    *FS
-	quiet bool // see FlushesOnlyLocks
+	fd  int
+	tok layer.Token
+	fs  *FS
 
 	mu     sync.Mutex
 	owners []lockOwner // who took locks through this open file
@@ -27,29 +26,7 @@ type lockOwner struct {
 	flock bool
 }
 
-func (n *node) newFile(fd int) *file {
-	return &file{fd: fd, tok: n.token, fs: n.fs, quiet: n.fs.quietClose && n.dev == n.fs.rootDev}
-}
-
-// FlushesOnlyLocks: Flush's close of a duplicate reports nothing on a
-// lower file system whose close cannot fail.
-func (f *file) FlushesOnlyLocks() bool { return f.quiet }
-
-// quietOnClose reports whether closing files of fd's file system never
-// fails: not so on those that write back or check at close (NFS, SMB,
-// Ceph, AFS, 9P, FUSE).
-func quietOnClose(fd int) bool {
-	var s unix.Statfs_t
-	if unix.Fstatfs(fd, &s) != nil {
-		return false
-	}
-	switch uint32(s.Type) {
-	case unix.NFS_SUPER_MAGIC, unix.SMB_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC, unix.CIFS_SUPER_MAGIC,
-		unix.CEPH_SUPER_MAGIC, unix.AFS_SUPER_MAGIC, unix.AFS_FS_MAGIC, unix.V9FS_MAGIC, unix.FUSE_SUPER_MAGIC:
-		return false
-	}
-	return true
-}
+func (n *node) newFile(fd int) *file { return &file{fd: fd, tok: n.token, fs: n.fs} }
 
 func (f *file) PassthroughFd() (int, bool) { return f.fd, true }
 

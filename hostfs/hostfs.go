@@ -55,11 +55,6 @@ type FS struct {
 	st      *stack.Stack                 // raises its events, keeps its locks
 	inotify atomic.Pointer[inotifyWatch] // while inotify watches (inotify.go)
 	minted  minted                       // generations of files that have no other (gen.go)
-
-	// quietClose: closing a file of the lower file system reports no
-	// errors (it is no network or FUSE file system), so a Flush past
-	// locks has nothing to tell (file.go).
-	quietClose bool
 }
 
 // KeepsOffsets: the FS is the bottom of its stack.
@@ -114,7 +109,6 @@ func New(s *stack.Stack, dir string) (layer.Node, error) {
 		return nil, fmt.Errorf("stat %s: %w", dir, err)
 	}
 	fs.rootDev = unix.Mkdev(st.Dev_major, st.Dev_minor)
-	fs.quietClose = quietOnClose(fd)
 	root := fs.newNode(fd, &st)
 	root.pinned = true // it is the cache's mount descriptor, outside the ring
 	return root, nil

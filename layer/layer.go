@@ -116,15 +116,6 @@ type Passthrougher interface {
 	PassthroughFd() (fd int, ok bool)
 }
 
-// LocksOnlyFlusher is implemented by handles whose Flush does nothing but
-// drop the closing owner's POSIX locks: no delayed writes, no error to
-// report at close. A frontend may then spare close(2) its FLUSH while no
-// one holds such a lock on the file, since Release drops the locks taken
-// through the handle meanwhile.
-type LocksOnlyFlusher interface {
-	FlushesOnlyLocks() bool
-}
-
 // DirSeeker is implemented by nodes whose directory streams take, on a
 // new stream, any offset an earlier stream gave, whatever changed since:
 // the listing goes on after that place (the host's d_off cookies). A

@@ -191,20 +191,6 @@ func (f *file) replace(owner uint64, lk *layer.Lock) {
 	}
 }
 
-// HoldsPosix reports whether any POSIX lock (fcntl, OFD) is held on tok.
-func (t *Table) HoldsPosix(tok layer.Token) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if f := t.files[tok]; f != nil {
-		for i := range f.held {
-			if !f.held[i].Flock {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // Release drops every lock owner holds on tok of the given kind: POSIX
 // locks when a descriptor of the file is closed, flock locks when the open
 // file is released.

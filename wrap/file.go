@@ -563,12 +563,6 @@ func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
 	return f.lower.Flush(ctx, owner)
 }
 
-// FlushesOnlyLocks: Flush is the lower handle's.
-func (f *file) FlushesOnlyLocks() bool {
-	l, ok := f.lower.(layer.LocksOnlyFlusher)
-	return ok && l.FlushesOnlyLocks()
-}
-
 func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return f.lower.Fsync(ctx, datasync)
 }
