@@ -34,19 +34,22 @@ func (v *view) Invalidate(ev layer.Event) {
 	if !busy && ev.View == 0 {
 		v.cached.WaitReads(ev.Token)
 	}
-	ins := v.cached.Of(ev.Token)
-	if len(ins) == 0 {
-		v.cached.Missed(ev.Token) // a LOOKUP in flight may be finding it
-	}
-	for _, in := range ins {
+	told := false
+	for _, in := range v.cached.Of(ev.Token) {
+		// A LOOKUP's new inode counts as forgotten until go-fuse links
+		// it, after the reply is made.
 		if in.Forgotten() {
 			continue
 		}
+		told = true
 		if busy {
 			go v.invalidate(in, ev)
 		} else {
 			v.invalidate(in, ev)
 		}
+	}
+	if !told {
+		v.cached.Missed(ev.Token) // a LOOKUP in flight may be finding it
 	}
 }
 

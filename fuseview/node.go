@@ -43,9 +43,12 @@ func (h *held) release() {
 func (v *view) newInode(n layer.Node) *inode {
 	in := &inode{v: v, h: &held{n: n}, born: time.Now()}
 	runtime.AddCleanup(in, (*held).release, in.h)
-	v.cached.Add(n.Token(), in, (*inode).Forgotten)
 	return in
 }
+
+// hold records in as cached, once go-fuse has made it (NewInode,
+// NewNodeFS): the manager's events ask it whether it is Forgotten.
+func (v *view) hold(in *inode) { v.cached.Add(in.node().Token(), in, (*inode).Forgotten) }
 
 func (i *inode) node() layer.Node { return i.h.n }
 
@@ -98,7 +101,10 @@ func fillAttr(a *layer.Attr, tok layer.Token, out *fuse.Attr) {
 func (i *inode) child(ctx context.Context, c layer.Node, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	tok := c.Token()
 	fillAttr(a, tok, &out.Attr)
-	return i.NewInode(ctx, i.v.newInode(c), fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
+	in := i.v.newInode(c)
+	ch := i.NewInode(ctx, in, fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
+	i.v.hold(in)
+	return ch
 }
 
 // Lookup keeps the names found missing, when coherent (negative.go).

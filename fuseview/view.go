@@ -132,6 +132,7 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 	ds, ok := root.(layer.DirSeeker)
 	noOpendir := o.KeepCache && o.AllowOther && ok && ds.SeeksAnywhere()
 	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), noOpendir: noOpendir}
+	v.hold(rootInode)
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()
