@@ -21,9 +21,10 @@ import (
 	"github.com/shalefs/shale/hostfs"
 )
 
-// The round trips a coherent view skips (docs/coherence.md): each test
-// checks that the request is gone, and that a change made beside shale,
-// in LOWER by another process, still shows through the mount after it.
+// The round trips a coherent view skips (docs/coherence.md): the tests
+// of each check that the request is gone, and that a change made beside
+// shale, in LOWER by another process, still shows through the mount
+// after it; and one tried and taken back (FLUSH) has the test it failed.
 
 // requests counts the FUSE requests a mount receives, by opcode, from
 // go-fuse's debug log.
