@@ -2,6 +2,7 @@ package fuseview
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -100,11 +101,15 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 
 // dirHandle adapts a layer.DirStream to go-fuse's directory handle API.
 type dirHandle struct {
-	d layer.DirStream
-	v *view
+	d      layer.DirStream
+	v      *view
+	listed *atomic.Bool // the directory's inode.listed, if the kernel keeps listings
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if d.listed != nil {
+		d.listed.Store(true)
+	}
 	e, ok, errno := d.d.Next(d.v.caller(ctx))
 	if errno != 0 || !ok {
 		return nil, errno

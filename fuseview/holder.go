@@ -34,19 +34,22 @@ func (v *view) Invalidate(ev layer.Event) {
 	if !busy && ev.View == 0 {
 		v.cached.WaitReads(ev.Token)
 	}
-	ins := v.cached.Of(ev.Token)
-	if len(ins) == 0 {
-		v.cached.Missed(ev.Token) // a LOOKUP in flight may be finding it
-	}
-	for _, in := range ins {
+	told := false
+	for _, in := range v.cached.Of(ev.Token) {
+		// A LOOKUP's new inode counts as forgotten until go-fuse links
+		// it, after the reply is made.
 		if in.Forgotten() {
 			continue
 		}
+		told = true
 		if busy {
 			go v.invalidate(in, ev)
 		} else {
 			v.invalidate(in, ev)
 		}
+	}
+	if !told {
+		v.cached.Missed(ev.Token) // a LOOKUP in flight may be finding it
 	}
 }
 
@@ -97,9 +100,7 @@ func (v *view) invalidateAll() {
 			continue
 		}
 		in.NotifyContent(0, 0)
-		for name := range in.Children() {
-			in.NotifyEntry(name)
-		}
+		in.notifyEntries()
 	}
 }
 
@@ -112,14 +113,22 @@ func (v *view) invalidateName(dir *inode, lower string) {
 		name, ok = t.UpperName(context.Background(), lower)
 	}
 	if ok {
-		// Only names the kernel holds: it keeps no negative entries
-		// when a manager pushes changes.
-		if dir.GetChild(name) != nil {
+		// Only names the kernel holds, positive or negative.
+		if dir.neg.changed(name) || dir.GetChild(name) != nil {
 			dir.NotifyEntry(name)
 		}
 		return
 	}
+	dir.notifyEntries()
+}
+
+// notifyEntries drops every entry the kernel holds in dir, positive or
+// negative.
+func (dir *inode) notifyEntries() {
 	for name := range dir.Children() {
+		dir.NotifyEntry(name)
+	}
+	for _, name := range dir.neg.all() {
 		dir.NotifyEntry(name)
 	}
 }

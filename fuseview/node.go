@@ -23,6 +23,7 @@ type inode struct {
 	// with FOPEN_CACHE_DIR), which changing must drop.
 	listed  atomic.Bool
 	forgets atomic.Uint64 // OnForget's calls (forget.go)
+	neg     negatives     // names its LOOKUPs found missing (negative.go)
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -43,9 +44,12 @@ func (h *held) release() {
 func (v *view) newInode(n layer.Node) *inode {
 	in := &inode{v: v, h: &held{n: n}, born: time.Now()}
 	runtime.AddCleanup(in, (*held).release, in.h)
-	v.cached.Add(n.Token(), in, (*inode).Forgotten)
 	return in
 }
+
+// hold records in as cached, once go-fuse has made it (NewInode,
+// NewNodeFS): the manager's events ask it whether it is Forgotten.
+func (v *view) hold(in *inode) { v.cached.Add(in.node().Token(), in, (*inode).Forgotten) }
 
 func (i *inode) node() layer.Node { return i.h.n }
 
@@ -93,10 +97,27 @@ func fillAttr(a *layer.Attr, tok layer.Token, out *fuse.Attr) {
 func (i *inode) child(ctx context.Context, c layer.Node, a *layer.Attr, out *fuse.EntryOut) *fs.Inode {
 	tok := c.Token()
 	fillAttr(a, tok, &out.Attr)
-	return i.NewInode(ctx, i.v.newInode(c), fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
+	in := i.v.newInode(c)
+	ch := i.NewInode(ctx, in, fs.StableAttr{Mode: a.Mode, Ino: tok.Ino, Gen: tok.Gen})
+	i.v.hold(in)
+	return ch
 }
 
+// Lookup keeps the names found missing, when coherent (negative.go).
 func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if i.v.mgr == nil {
+		return i.lookup(ctx, name, out)
+	}
+	i.neg.looking(name)
+	ch, e := i.lookup(ctx, name, out)
+	if !i.neg.found(name, e == syscall.ENOENT) && e == syscall.ENOENT {
+		// Not kept: go-fuse leaves ENOENT with a timeout set as it is.
+		out.SetEntryTimeout(time.Nanosecond)
+	}
+	return ch, e
+}
+
+func (i *inode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var a layer.Attr
 	mark := i.v.cached.Mark()
 	c, e := i.node().Lookup(i.v.caller(ctx), name, &a)
@@ -162,7 +183,7 @@ func (i *inode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Mkdir(i.v.creator(ctx), name, mode, &a)
 	if e != 0 {
@@ -172,7 +193,7 @@ func (i *inode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 }
 
 func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Mknod(i.v.creator(ctx), name, mode, uint64(dev), &a)
 	if e != 0 {
@@ -182,7 +203,7 @@ func (i *inode) Mknod(ctx context.Context, name string, mode, dev uint32, out *f
 }
 
 func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, e := i.node().Symlink(i.v.caller(ctx), []byte(target), name, &a)
 	if e != 0 {
@@ -192,7 +213,7 @@ func (i *inode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	t, ok := target.(*inode)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -206,7 +227,7 @@ func (i *inode) Link(ctx context.Context, target fs.InodeEmbedder, name string, 
 }
 
 func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer i.changing()()
+	defer i.changing(name)()
 	var a layer.Attr
 	c, h, e := i.node().Create(i.v.creator(ctx), name, flags, mode, &a)
 	if e != 0 {
@@ -216,12 +237,12 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer i.changing()()
+	defer i.changing(name)()
 	return i.node().Unlink(i.v.caller(ctx), name)
 }
 
 func (i *inode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	defer i.changing()()
+	defer i.changing(name)()
 	return i.node().Rmdir(i.v.caller(ctx), name)
 }
 
@@ -230,8 +251,8 @@ func (i *inode) Rename(ctx context.Context, name string, newParent fs.InodeEmbed
 	if !ok {
 		return syscall.EXDEV
 	}
-	defer i.changing()()
-	defer p.changing()()
+	defer i.changing(name)()
+	defer p.changing(newName)()
 	return i.node().Rename(i.v.caller(ctx), name, p.node(), newName, flags)
 }
 
@@ -283,18 +304,22 @@ func (i *inode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle,
 	}
 	// The kernel keeps the listing: changes through this view drop it
 	// (changing), and those through others or beside the stack too
-	// (holder.go).
+	// (holder.go). Marked again at each READDIR: a handle the view keeps
+	// for READDIRs with none (opendir.go) outlives a drop.
 	i.listed.Store(true)
-	return &dirHandle{d: d, v: i.v}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	return &dirHandle{d: d, v: i.v, listed: &i.listed}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// changing marks a request that changes i's entries: busy while it runs
-// (holder.go), and the kernel's listing of i dropped before the reply. The
-// kernel starts a fresh listing after its own changes, but an open stream
-// that seeks would list, from its cache, names since removed.
-func (i *inode) changing() func() {
+// changing marks a request that changes i's entry name: busy while it
+// runs (holder.go), and the kernel's listing of i dropped before the
+// reply. The kernel starts a fresh listing after its own changes, but an
+// open stream that seeks would list, from its cache, names since removed.
+// The kernel's entry for name is now the reply's, not one the view kept
+// as missing (negative.go).
+func (i *inode) changing(name string) func() {
 	done := i.v.cached.Busy(i.node().Token())
 	return func() {
+		i.neg.made(name)
 		if i.listed.Swap(false) {
 			i.NotifyContent(0, 0)
 		}

@@ -19,13 +19,19 @@ import (
 //
 // It notes the value under the request's cancel channel, which is unique
 // to the request while it runs, and the node reads it back from its
-// context. And it counts the requests at work that may give the kernel an
+// context. It counts the requests at work that may give the kernel an
 // inode go-fuse already knows (forget.go): LOOKUP, READDIRPLUS and LINK;
 // the creating ones make new inodes only.
+//
+// It also serves directories the kernel opened without OPENDIR
+// (opendir.go).
 type rawFS struct {
 	fuse.RawFileSystem
 	notes  sync.Map // <-chan struct{} -> uint64
 	makers *makers
+
+	noOpendir bool // answer OPENDIR with ENOSYS
+	cursors   dirCursors
 }
 
 func (r *rawFS) note(cancel <-chan struct{}, v uint64) func() {
@@ -66,11 +72,6 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	defer r.makers.start()()
 	return r.RawFileSystem.Lookup(cancel, h, name, out)
-}
-
-func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer r.makers.start()()
-	return r.RawFileSystem.ReadDirPlus(cancel, in, out)
 }
 
 func (r *rawFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {

@@ -118,13 +118,9 @@ func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fus
 		mo.EnableAcl = true
 		mo.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
-	// With a manager, the kernel keeps no negative entries: a view then
-	// need not be told of names it never had (holder.go), which would cost
-	// a notification per name created through any other view.
+	// The kernel keeps negative entries as long as names: a coherent view
+	// drops those a change names (negative.go).
 	negative := o.Timeout
-	if o.Coherent {
-		negative = 0
-	}
 	fo := &fs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &o.Timeout,
@@ -139,7 +135,11 @@ func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fus
 	// The root stays the caller's: several views may share it.
 	rootInode := v.newInode(root)
 	rootInode.h.done.Store(true)
-	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), makers: &v.makers}
+	// No OPENDIR (opendir.go) where a listing can go on in a new stream.
+	ds, ok := root.(layer.DirSeeker)
+	noOpendir := o.KeepCache && o.AllowOther && ok && ds.SeeksAnywhere()
+	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), makers: &v.makers, noOpendir: noOpendir}
+	v.hold(rootInode)
 	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()

@@ -196,8 +196,12 @@ func TestRewriteWhileReading(t *testing.T) {
 const mapHelperEnv = "FUSEVIEW_TEST_MAP"
 
 // TestMain runs the mapping child when asked to: map the file, say
-// "mapped", and on a line from the parent print what the mapping shows.
+// "mapped", and on a line from the parent print what the mapping shows;
+// or the locking child (lockChild).
 func TestMain(m *testing.M) {
+	if path := os.Getenv(lockHelperEnv); path != "" {
+		lockChild(path)
+	}
 	if path := os.Getenv(mapHelperEnv); path != "" {
 		f, err := os.Open(path)
 		if err != nil {

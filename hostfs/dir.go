@@ -68,6 +68,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 	}, true, 0
 }
 
+// SeeksAnywhere: d_off cookies (above) hold across streams.
+func (n *node) SeeksAnywhere() bool { return true }
+
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.pos, d.end = 0, 0
 	return errno(d.fs.checked(ctx, func() error {

@@ -116,6 +116,15 @@ type Passthrougher interface {
 	PassthroughFd() (fd int, ok bool)
 }
 
+// DirSeeker is implemented by nodes whose directory streams take, on a
+// new stream, any offset an earlier stream gave, whatever changed since:
+// the listing goes on after that place (the host's d_off cookies). A
+// frontend may then serve a listing through several streams (fuseview's
+// READDIRs with no open).
+type DirSeeker interface {
+	SeeksAnywhere() bool
+}
+
 // DirStream reads a directory. Entries carry the offset of the next entry,
 // stable under concurrent changes, so a listing can resume with Seek.
 type DirStream interface {

@@ -36,6 +36,12 @@ func (p *PassThrough) Open(ctx context.Context, flags uint32) (Handle, Errno) {
 
 func (p *PassThrough) OpenDir(ctx context.Context) (DirStream, Errno) { return p.Lower.OpenDir(ctx) }
 
+// SeeksAnywhere: the streams are the lower node's, offsets and all.
+func (p *PassThrough) SeeksAnywhere() bool {
+	s, ok := p.Lower.(DirSeeker)
+	return ok && s.SeeksAnywhere()
+}
+
 func (p *PassThrough) Statfs(ctx context.Context, out *Statfs) Errno { return p.Lower.Statfs(ctx, out) }
 
 func (p *PassThrough) Getxattr(ctx context.Context, name string, dest []byte) (int, Errno) {

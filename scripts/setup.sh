@@ -6,11 +6,13 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 
 # fuse3: fusermount3 for unprivileged users; fio, stress-ng: stress tests and
-# benchmarks; bindfs, gocryptfs: benchmark peers; attr: getfattr/setfattr;
+# benchmarks; bindfs, gocryptfs: benchmark peers; libfuse3-dev, gcc,
+# pkgconf: libfuse's passthrough_ll example, a peer built from the source
+# that package ships; attr: getfattr/setfattr;
 # sqlite3: two WAL writers in two views (test/coherence); diod: a 9P server
 # and independent 9P clients (diodls, diodcat, diodload) for test/net;
 # zstd: compress's known-answer check and the stored-size benchmark's floor.
-pkgs=(fuse3 fio stress-ng bindfs gocryptfs attr sqlite3 diod zstd)
+pkgs=(fuse3 fio stress-ng bindfs gocryptfs libfuse3-dev gcc pkgconf attr sqlite3 diod zstd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

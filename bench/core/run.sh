@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks the shale loop view against native ext4, go-fuse's loopback
-# example and bindfs, and shale's data-transforming layers (rot13, crypt)
-# against the loop view and against gocryptfs: the same workloads on each,
-# in one run, the systems interleaved in every repetition (ABCDE ABCDE ...)
-# to spread noise.
+# example, bindfs and libfuse's passthrough_ll example, and shale's
+# data-transforming layers (rot13, crypt) against the loop view and against
+# gocryptfs: the same workloads on each, in one run, the systems
+# interleaved in every repetition (ABCDE ABCDE ...) to spread noise.
 #
 #   bench/core/run.sh [-n RUNS] [-o OUT.md] [-d WORKDIR] [-s SYSTEMS]
 #
@@ -12,8 +12,8 @@
 #   -d WORKDIR  where lower directories and mount points go (default
 #               /var/tmp/shale-bench; must be on a disk file system)
 #   -s SYSTEMS  comma-separated subset of: native,shale,shale-nopt,loopback,
-#               bindfs,rot13,crypt,crypt-noholes,crypt-base,gocryptfs
-#               (default: the first five, the loop view's comparison;
+#               bindfs,passthrough_ll,rot13,crypt,crypt-noholes,crypt-base,
+#               gocryptfs (default: the first six, the loop view's comparison;
 #               docs/benchmarks.md has the layers'). crypt-noholes is crypt
 #               initialised with --no-holes; crypt-base is crypt served by
 #               the shale binary SHALE_BENCH_BASE (an earlier build), to
@@ -28,21 +28,21 @@ export LC_ALL=C
 . bench/lib.sh
 
 runs=5 out="" work=/var/tmp/shale-bench
-systems=native,shale,shale-nopt,loopback,bindfs
+systems=native,shale,shale-nopt,loopback,bindfs,passthrough_ll
 while getopts "n:o:d:s:h" opt; do
 	case $opt in
 	n) runs=$OPTARG ;;
 	o) out=$OPTARG ;;
 	d) work=$OPTARG ;;
 	s) systems=$OPTARG ;;
-	*) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 positive n "$runs"
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
 IFS=, read -r -a syslist <<<"$systems"
 for s in "${syslist[@]}"; do
-	case $s in native | shale | shale-nopt | loopback | bindfs | rot13 | crypt | crypt-noholes | gocryptfs) ;;
+	case $s in native | shale | shale-nopt | loopback | bindfs | passthrough_ll | rot13 | crypt | crypt-noholes | gocryptfs) ;;
 	crypt-base) [ -x "${SHALE_BENCH_BASE:-}" ] || { echo "run.sh: crypt-base needs SHALE_BENCH_BASE, the path of an earlier shale binary" >&2; exit 2; } ;;
 	*) echo "run.sh: unknown system '$s'" >&2; exit 2 ;;
 	esac
@@ -57,7 +57,7 @@ SCRYPT_LOGN=10              # scrypt cost (log2 N) of crypt's and gocryptfs's
                             # fresh configs: mounting fast, not safe
 
 # --- build -----------------------------------------------------------------
-log "building bin/shale (scripts/setup.sh) and go-fuse's loopback example"
+log "building bin/shale (scripts/setup.sh), go-fuse's loopback example and libfuse's passthrough_ll"
 ./scripts/setup.sh >&2
 tmp=$(mktemp -d /tmp/shale-bench.XXXXXX)
 # A private copy: others rebuilding bin/shale during the run change nothing.
@@ -67,6 +67,13 @@ shale=$tmp/shale
 ( cd "$root" && CGO_ENABLED=0 go build -o "$tmp/loopback" github.com/hanwen/go-fuse/v2/example/loopback )
 gofuse=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2)
 for t in fio bindfs gocryptfs; do command -v $t >/dev/null || { echo "run.sh: $t missing: run scripts/setup.sh" >&2; exit 1; }; done
+# libfuse's low-level passthrough example, built from the source Debian's
+# libfuse3-dev ships (never copied into this repository).
+pll_src=/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c
+[ -r "$pll_src" ] || { echo "run.sh: $pll_src missing: run scripts/setup.sh (libfuse3-dev)" >&2; exit 1; }
+# shellcheck disable=SC2046 # pkg-config's flags are words
+cc -Wall -O2 $(pkg-config fuse3 --cflags) "$pll_src" -o "$tmp/passthrough_ll" $(pkg-config fuse3 --libs)
+libfuse=$(pkg-config fuse3 --modversion)
 
 check_workdir "$work"
 results=$tmp/results.tsv
@@ -123,6 +130,13 @@ mount_sys() {
 		loopback_pid=$!
 		;;
 	bindfs) bindfs --multithreaded -o default_permissions "$lower" "$mnt" ;;
+	passthrough_ll)
+		# Its best cache options: a day's timeouts and the page cache kept
+		# across opens (cache=always), the kernel's writeback cache, one
+		# /dev/fuse descriptor per thread (clone_fd). It forks into the
+		# background once mounted.
+		"$tmp/passthrough_ll" -o source="$lower",allow_other,default_permissions,cache=always,writeback -o clone_fd "$mnt"
+		;;
 	esac
 	for _ in $(seq 100); do mounted "$mnt" && return; sleep 0.1; done
 	echo "run.sh: $s did not mount at $mnt" >&2
@@ -233,7 +247,7 @@ report=$tmp/report.md
 	echo "Command: \`bench/core/run.sh $*\` (-n $runs), $(date -u '+%Y-%m-%d %H:%M UTC'), took ${elapsed}s"
 	echo
 	about_run
-	echo "- peers: go-fuse $gofuse example/loopback (-allow-other: allow_other,default_permissions; 1s entry/attr timeouts), $(bindfs --version | head -1) (--multithreaded -o default_permissions; allow_other as root), $(fio --version)"
+	echo "- peers: go-fuse $gofuse example/loopback (-allow-other: allow_other,default_permissions; 1s entry/attr timeouts), $(bindfs --version | head -1) (--multithreaded -o default_permissions; allow_other as root), libfuse $libfuse example/passthrough_ll (-o allow_other,default_permissions,cache=always,writeback -o clone_fd: 86400 s timeouts, pages kept across opens, writeback cache, multithreaded), $(fio --version)"
 	echo "- layers: shale --layer rot13; shale --layer crypt and $(gocryptfs -version 2>/dev/null | head -1 | cut -d';' -f1) (Debian package; -allow_other, otherwise its defaults) over configs made fresh in every turn with scrypt log2 N = $SCRYPT_LOGN"
 	echo "- source tree: $SRC ($(find "$SRC" | wc -l) entries, $(du -sh "$SRC" | cut -f1))"
 	echo

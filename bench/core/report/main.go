@@ -48,20 +48,21 @@ var workloads = []workload{
 }
 
 var names = map[string]string{
-	"native":        "native ext4",
-	"shale":         "shale",
-	"shale-nopt":    "shale (no passthrough)",
-	"loopback":      "go-fuse loopback",
-	"bindfs":        "bindfs",
-	"rot13":         "shale rot13",
-	"crypt":         "shale crypt",
-	"crypt-noholes": "shale crypt --no-holes",
-	"crypt-base":    "shale crypt (base build)",
-	"gocryptfs":     "gocryptfs",
+	"native":         "native ext4",
+	"shale":          "shale",
+	"shale-nopt":     "shale (no passthrough)",
+	"loopback":       "go-fuse loopback",
+	"bindfs":         "bindfs",
+	"passthrough_ll": "libfuse passthrough_ll",
+	"rot13":          "shale rot13",
+	"crypt":          "shale crypt",
+	"crypt-noholes":  "shale crypt --no-holes",
+	"crypt-base":     "shale crypt (base build)",
+	"gocryptfs":      "gocryptfs",
 }
 
 // corePeers are the file systems the loop view is measured against.
-var corePeers = map[string]bool{"shale-nopt": true, "loopback": true, "bindfs": true}
+var corePeers = map[string]bool{"shale-nopt": true, "loopback": true, "bindfs": true, "passthrough_ll": true}
 
 const (
 	metaTarget = 1.5
@@ -91,7 +92,7 @@ func unit(k kind) string {
 }
 
 func main() {
-	sysFlag := flag.String("systems", "native,shale,shale-nopt,loopback,bindfs", "systems in column order")
+	sysFlag := flag.String("systems", "native,shale,shale-nopt,loopback,bindfs,passthrough_ll", "systems in column order")
 	flag.Parse()
 	systems := strings.Split(*sysFlag, ",")
 
@@ -225,7 +226,7 @@ func main() {
 	// the layers (no go-fuse loopback or bindfs, but rot13, crypt or
 	// gocryptfs).
 	layerRun := has["rot13"] || has["crypt"] || has["crypt-noholes"] || has["crypt-base"] || has["gocryptfs"]
-	if has["shale"] && (!layerRun || has["loopback"] || has["bindfs"]) {
+	if has["shale"] && (!layerRun || has["loopback"] || has["bindfs"] || has["passthrough_ll"]) {
 		fmt.Println("### Targets")
 		fmt.Println()
 		header([]string{"target", "workload", "measured", "result"})
@@ -253,7 +254,7 @@ func main() {
 					line([]string{fmt.Sprintf("≤ %.1fx native time", metaTarget), w.name, fmt.Sprintf("%.2fx", r), verdict(r <= metaTarget)})
 				}
 			}
-			for _, p := range []string{"loopback", "bindfs"} {
+			for _, p := range []string{"loopback", "bindfs", "passthrough_ll"} {
 				if m, ok := med(w.name, p); ok && m > 0 && sh > 0 {
 					r := speedup(w.kind, sh, m)
 					line([]string{"faster than " + names[p], w.name, fmt.Sprintf("%.2f", r), verdict(r > 1)})
