@@ -111,7 +111,7 @@ func TestPjdfstest(t *testing.T) {
 			if got["open::etxtbsy"] == "FAILED" && native["open::etxtbsy"] == "ok" {
 				// Intermittent, not understood (docs/pjdfstest.md): it
 				// fails the run only if it fails again alone.
-				again, err := runPjdfstest(t, bin, cfg, filepath.Join(st.mnt, "pjdfstest-etxtbsy"), second, "-e", "open::etxtbsy")
+				again, err := runPjdfstest(t, bin, cfg, filepath.Join(st.mnt, "pjdfstest-etxtbsy"), second, "open::etxtbsy")
 				if err == nil && again["open::etxtbsy"] == "ok" {
 					t.Logf("open::etxtbsy FAILED in the full run and passed alone: the intermittent failure docs/pjdfstest.md describes")
 					got["open::etxtbsy"] = "ok"
@@ -139,7 +139,7 @@ func findPjdfstest() (string, error) {
 	return bin, nil
 }
 
-// runPjdfstest runs every case (or only those only names, with -e) in a
+// runPjdfstest runs every case (or those whose names contain only) in a
 // new directory dir and returns each case's outcome by name.
 func runPjdfstest(t *testing.T, bin, cfg, dir, second string, only ...string) (map[string]string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
