@@ -162,7 +162,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	}
 	known := n.known(name)
 	defer n.fs.wb.NameChange(known)()
-	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil {
+	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil && !n.lostButMade(ctx, err, name, known, nil, "") {
 		return session.Errno(err)
 	}
 	for _, p := range known {
@@ -252,7 +252,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	movedKnown, overKnown := n.known(name), d.known(newName)
 	known := append(slices.Clone(movedKnown), overKnown...)
 	defer n.fs.wb.NameChange(known)()
-	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil {
+	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil && !n.lostButMade(ctx, err, name, movedKnown, d, newName) {
 		return session.Errno(err)
 	}
 	same := n.tok == d.tok && name == newName
@@ -312,6 +312,46 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	n.fs.raise(ctx, layer.Entries, d.tok, newName)
 	return 0
+}
+
+// lostButMade tells, of a removal of name in n (to is nil) or a rename of
+// it to newName in to whose connection was lost under it (err), whether
+// the server made it all the same. The next connection is made only once
+// the server has fenced the lost one (export/fence.go): what it carried
+// has landed, or never will; so the names tell. known are the QID paths
+// the name had here; with none, it cannot tell: false.
+func (n *node) lostButMade(ctx context.Context, err error, name string, known []uint64, to *node, newName string) bool {
+	if !errors.Is(err, session.ErrLost) || len(known) == 0 {
+		return false
+	}
+	old, there, ok := n.nameIs(ctx, name)
+	if !ok || there && slices.Contains(known, old) {
+		return false // unknown, or the name is still the file's: not made
+	}
+	if to == nil {
+		return true // removed (or replaced by another client: gone here all the same)
+	}
+	q, there, ok := to.nameIs(ctx, newName)
+	return ok && there && slices.Contains(known, q)
+}
+
+// nameIs walks name in the directory n on the current connection: its
+// QID path, whether it is there, and ok false if that cannot be told.
+func (n *node) nameIs(ctx context.Context, name string) (path uint64, there, ok bool) {
+	c, dfid, _, done, e := n.use(ctx)
+	defer done()
+	if e != 0 {
+		return 0, false, false
+	}
+	fid, q, err := c.Walk(dfid, []string{name})
+	switch {
+	case err == nil:
+		c.Clunk(fid)
+		return q.Path, true, true
+	case errors.Is(err, syscall.ENOENT):
+		return 0, false, true
+	}
+	return 0, false, false
 }
 
 // unsupported tells whether a server's error means it lacks a request.
