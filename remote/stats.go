@@ -61,6 +61,7 @@ type SpriteStats struct {
 	Recalls         uint64 `json:"recalls"`       // Recall records answered
 	Uncaches        uint64 `json:"uncaches"`      // Uncache records answered
 	Cleans          uint64 `json:"cleans"`        // Cleans sent unasked: nothing dirty, no recall needed
+	Helds           uint64 `json:"helds"`         // attributes of delayed data told the server for another client
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
@@ -137,7 +138,7 @@ func (fs *FS) spriteStats() *SpriteStats {
 		Discarded: w.Discarded.Load(), Lost: w.Lost.Load(), DirtyBytes: fs.wb.DirtyBytes(),
 		DirtyFiles: fs.wb.DirtyFiles(), WriteBacks: map[string]uint64{},
 		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
-		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
+		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
 		Size: fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {
 		s.WriteDelay = fs.wb.Delay.String()

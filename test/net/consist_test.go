@@ -64,7 +64,11 @@ type c2oMode struct {
 	lower    bool // the writer is a program in LOWER, not client A
 	appended bool
 	held     bool // B and C keep the file open for reading meanwhile
-	op       func(t *testing.T, dir, name string, v int)
+	// statNow: the file keeps its name, so a stat before the open is
+	// current too: the writer's delayed writes, told at its close. (A
+	// new name shows within one journal delivery: not counted.)
+	statNow bool
+	op      func(t *testing.T, dir, name string, v int)
 }
 
 func c2oWrite(t *testing.T, p string, flags int, off int64, s string) {
@@ -97,7 +101,7 @@ func c2oTrunc(t *testing.T, dir, name string, v int) {
 }
 
 var c2oModes = []c2oMode{
-	{name: "append", appended: true, op: func(t *testing.T, dir, name string, v int) {
+	{name: "append", appended: true, statNow: true, op: func(t *testing.T, dir, name string, v int) {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err == nil {
 			_, err = fmt.Fprintf(f, "v%d\n", v)
@@ -109,11 +113,11 @@ var c2oModes = []c2oMode{
 			t.Fatal(err)
 		}
 	}},
-	{name: "overwrite", op: func(t *testing.T, dir, name string, v int) {
+	{name: "overwrite", statNow: true, op: func(t *testing.T, dir, name string, v int) {
 		// In place, no truncation: each version is longer than the last.
 		c2oWrite(t, filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE, 0, c2oContent(v))
 	}},
-	{name: "truncate", op: c2oTrunc},
+	{name: "truncate", statNow: true, op: c2oTrunc},
 	{name: "rename", op: c2oRename},
 	{name: "recreate", op: func(t *testing.T, dir, name string, v int) {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
@@ -121,7 +125,7 @@ var c2oModes = []c2oMode{
 		}
 		c2oWrite(t, filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0, c2oContent(v))
 	}},
-	{name: "held", held: true, op: c2oTrunc},
+	{name: "held", held: true, statNow: true, op: c2oTrunc},
 	{name: "lower", lower: true, op: func(t *testing.T, dir, name string, v int) {
 		if v%2 == 0 {
 			c2oRename(t, dir, name, v)
@@ -131,8 +135,9 @@ var c2oModes = []c2oMode{
 	}},
 }
 
-// TestCloseToOpen: in every mode, zero stale opens, zero stale stats and
-// zero torn reads on B and C after A's change returned.
+// TestCloseToOpen: in every mode, zero stale opens, zero stale stats
+// after the open (and before it, where the name stays) and zero torn
+// reads on B and C after A's change returned.
 func TestCloseToOpen(t *testing.T) {
 	lower, _, url := cacheServer(t, 0)
 	a := mount(t, url)
@@ -216,8 +221,19 @@ func TestCloseToOpen(t *testing.T) {
 			n := 2 * (rounds - 1)
 			t.Logf("%s: %d opens and stats: %d stale opens, %d stale stats before the open, %d after it, %d torn reads, %d zeros; reads of the open file older than the change: %d",
 				name, n, staleOpen, staleStat, staleAfter, torn, zeros, heldStale)
-			if staleOpen > 0 || staleAfter > 0 || torn > 0 || zeros > 0 {
-				t.Errorf("%s: %d stale opens, %d stale stats after the open, %d torn reads, %d zeros in %d: want none", name, staleOpen, staleAfter, torn, zeros, n)
+			// A stat before the open may still find the kernel's old
+			// attributes when the record came while the kernel had a
+			// request of the file at work (its RELEASE of the last read):
+			// fuseview then invalidates in the background, after the
+			// journal read that made the writer's close return. One in a
+			// hundred is let pass; before the writer told its delayed
+			// writes, about half were stale.
+			if !m.statNow || staleStat <= n/100 {
+				staleStat = 0
+			}
+			if staleOpen > 0 || staleStat > 0 || staleAfter > 0 || torn > 0 || zeros > 0 {
+				t.Errorf("%s: %d stale opens, %d stale stats (%d after the open), %d torn reads, %d zeros in %d: want none",
+					name, staleOpen, staleStat, staleAfter, torn, zeros, n)
 			}
 		})
 	}
