@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"errors"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -41,7 +42,7 @@ func (n *node) chainsLocked() [][]link {
 	return out
 }
 
-// chainLocked is m's own names from the root, nearest last.
+// chainLocked is m's own names up to the root, its own first.
 func (m *node) chainLocked() ([]link, bool) {
 	var ch []link
 	for ; !m.isRoot; m = m.parent {
@@ -55,7 +56,9 @@ func (m *node) chainLocked() ([]link, bool) {
 
 // stillNamed is 0 if a name of n's file this client knows names it
 // still: each name on its path as the cache has it (a record about a
-// name drops it), else as the server walks it. ESTALE if none does.
+// name drops it), else as the server walks it. ESTALE if none does; 0
+// for a file with no name (this client removed it: it is opened by a
+// descriptor, not a name).
 func (n *node) stillNamed(c *session.Conn, uid uint32) layer.Errno {
 	if n.isRoot {
 		return 0
@@ -63,6 +66,9 @@ func (n *node) stillNamed(c *session.Conn, uid uint32) layer.Errno {
 	n.fs.tree.Lock()
 	chains := n.chainsLocked()
 	n.fs.tree.Unlock()
+	if len(chains) == 0 {
+		return 0 // no name: this client removed them, and opens it by a descriptor (/proc/PID/fd)
+	}
 	for _, ch := range chains {
 		ok := true
 		for _, l := range ch {
@@ -75,14 +81,32 @@ func (n *node) stillNamed(c *session.Conn, uid uint32) layer.Errno {
 			return 0
 		}
 	}
-	// Some name changed, or the cache forgot it: ask the server.
-	fid, e := n.walkPath(c, uid)
-	if e == 0 {
-		go c.Clunk(fid)
+	// Some name changed, or the cache forgot it (this client's own
+	// renames drop the names they make): ask the server, and keep the
+	// name it confirms, so that the next open asks nothing.
+	since := n.fs.cc.Snap()
+	rfid, err := c.Root(uid)
+	if err != nil {
+		return 0 // the open stands; the connection's trouble shows next
 	}
-	if e == syscall.ESTALE {
-		n.fs.ctr.staleOpens.Add(1)
-		return e
+	for _, ch := range chains {
+		names := make([]string, len(ch))
+		for i, l := range ch {
+			names[len(ch)-1-i] = l.name
+		}
+		fid, q, err := c.Walk(rfid, names)
+		if err == nil {
+			go c.Clunk(fid)
+		}
+		switch {
+		case errors.Is(err, syscall.ENOENT) || err == nil && q.Path != n.tok.Ino:
+			continue // this name is another file's now, or none's
+		case err != nil:
+			return 0
+		}
+		n.fs.cc.PutName(since, ch[0].dir, ch[0].name, ch[0].file)
+		return 0
 	}
-	return 0
+	n.fs.ctr.staleOpens.Add(1)
+	return syscall.ESTALE
 }

@@ -237,6 +237,10 @@ func TestCloseToOpen(t *testing.T) {
 			}
 		})
 	}
+	for i, r := range append(readers, a) {
+		sp, _ := cacheStats(t, r)["sprite"].(map[string]any)
+		t.Logf("client %d: opens %v, of a renamed name %v; helds %v", i, sp["opens"], sp["opens_renamed"], sp["helds"])
+	}
 }
 
 func sizeOf(st os.FileInfo) int64 {
