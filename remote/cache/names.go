@@ -5,17 +5,10 @@ package cache
 // attributes and no right to search dir: a Lookup still asks the server;
 // ChildOf answers.
 func (c *Cache) PutName(since, dir uint64, name string, child uint64) {
-	if !c.On.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.changedLocked(dir, since) {
-		return
-	}
-	d := c.entLocked(dir, 0)
-	if d.names == nil {
-		d.names = map[string]uint64{}
-	}
-	d.names[name] = child
+	c.put(since, dir, 0, func(d *centry) {
+		if d.names == nil {
+			d.names = map[string]uint64{}
+		}
+		d.names[name] = child
+	})
 }
