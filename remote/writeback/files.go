@@ -170,6 +170,7 @@ type sfile struct {
 	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
 	followed atomic.Bool // another client follows it: tell its attributes (follow.go)
 	hmu      sync.Mutex  // one Held of it at a time (follow.go); before mu
+	toldHeld atomic.Bool // the last Held of it had delayed writes
 	refused  atomic.Bool // the server refused its reclaim
 	// gone: forgetIdle took it from the map (set under mu and vmu).
 	gone bool

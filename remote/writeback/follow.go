@@ -38,11 +38,14 @@ func (w *Files) Follow(tok layer.Token) {
 // Closing is told of each close of tok's file (close(2), not the
 // release) through a handle that may write: a followed file's delayed
 // writes (or that it has none left: a truncation) are told to the
-// server before it returns.
+// server before it returns. Writing through, there is nothing to tell.
 func (w *Files) Closing(tok layer.Token, write bool) {
-	sf := w.sfileOf(tok, false)
-	if !write || sf == nil || !sf.followed.Load() {
+	if !write || !w.Delaying() {
 		return
+	}
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !sf.followed.Load() || !sf.hasDirty.Load() && !sf.toldHeld.Load() {
+		return // nothing delayed now, nor told before
 	}
 	w.sendHeld(tok.Ino, []*sfile{sf})
 }
@@ -64,6 +67,7 @@ func (w *Files) sendHeld(path uint64, sfs []*sfile) {
 		if d := sf.d; d != nil {
 			r.Fields = []journal.Field{journal.HeldField(uint64(d.size), d.mtime)}
 		}
+		sf.toldHeld.Store(sf.d != nil)
 		sf.mu.Unlock()
 	}
 	w.Send(r)
