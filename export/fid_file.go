@@ -100,6 +100,10 @@ func (f *fileFid) lopen(ctx context.Context, m *p9wire.Lopen) (p9wire.Message, s
 			switch {
 			case !f.c.s.opts.Sprite:
 			case !writeBack:
+				// What programs in LOWER did before this open reaches
+				// the journals first, and so the opener's before its
+				// open returns (sprite.open waits for that).
+				f.c.s.st.Events().Sync()
 				write := fl&unix.O_ACCMODE != unix.O_RDONLY || fl&unix.O_TRUNC != 0
 				if q.Vers, e = f.spriteOpen(ctx, write, false); e != 0 {
 					return nil, e

@@ -225,7 +225,7 @@ func (jf *journalFid) write(ctx context.Context, m *p9wire.Write) (p9wire.Messag
 	if !jf.opened || jf.typ != jFile {
 		return nil, syscall.EBADF
 	}
-	if e := jf.apply(m.Data); e != 0 {
+	if e := jf.apply(ctx, m.Data); e != 0 {
 		return nil, e
 	}
 	return &p9wire.WriteReply{Count: uint32(len(m.Data))}, 0
@@ -247,11 +247,11 @@ func (jf *journalFid) readdir(ctx context.Context, m *p9wire.Read) (p9wire.Messa
 // longer caches the QID), and Sprite's Dirty and Clean (sprite.go). A
 // write that is not all well-framed records of those kinds changes
 // nothing and is EINVAL.
-func (jf *journalFid) apply(data []byte) syscall.Errno {
+func (jf *journalFid) apply(ctx context.Context, data []byte) syscall.Errno {
 	var recs []journal.Record
 	for b := data; len(b) > 0; {
 		r, rest, err := journal.Next(b)
-		if err != nil || r.Kind != journal.Dropped && r.Kind != journal.Dirty && r.Kind != journal.Clean {
+		if err != nil || r.Kind != journal.Dropped && r.Kind != journal.Dirty && r.Kind != journal.Clean && r.Kind != journal.Held {
 			return syscall.EINVAL
 		}
 		recs = append(recs, r)
@@ -263,6 +263,8 @@ func (jf *journalFid) apply(data []byte) syscall.Errno {
 		switch {
 		case r.Kind == journal.Dropped:
 			j.drop(jf.c.s.roots, r.Qid.Path)
+		case r.Kind == journal.Held:
+			sp.heldFrom(ctx, j, &r)
 		case r.Kind == journal.Dirty:
 			j.mu.Lock()
 			j.sprite = true // only a client that follows the rules reclaims
@@ -273,6 +275,7 @@ func (jf *journalFid) apply(data []byte) syscall.Errno {
 		case r.Qid.Path == 0:
 			j.mu.Lock()
 			j.sprite = true // the hello
+			j.follows = r.Qid.Vers&journal.Follows != 0
 			j.mu.Unlock()
 			switch r.Seq {
 			case 0:

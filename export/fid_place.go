@@ -207,6 +207,12 @@ func (p *place) attr(ctx context.Context, h layer.Handle) (p9wire.Message, sysca
 		if e := p.rec.n.Getattr(ctx, h, &r.Attr); e != 0 {
 			return nil, e
 		}
+		if p.c.s.opts.Sprite && p.mode&syscall.S_IFMT == syscall.S_IFREG {
+			// Another client's delayed writes (sprite_held.go).
+			if e := p.c.s.sp.overlayHeld(ctx, interestKey{p.r, r.Qid.Path}, p.c, &r.Attr); e != 0 {
+				return nil, e
+			}
+		}
 		r.Gen = p.rec.n.Token().Gen
 	}
 	return r, 0

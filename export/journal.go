@@ -88,6 +88,7 @@ type jrnl struct {
 	applied    chan struct{}         // closed when base moves, or the last connection goes
 	deleted    bool
 	sprite     bool // the client follows Sprite's rules (its hello)
+	follows    bool // and takes Follow (journal.Follows in its hello)
 }
 
 // find returns the journal of name, after deleting those gone too long.

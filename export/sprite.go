@@ -74,6 +74,10 @@ type fstate struct {
 	// evicted are the clients that failed to answer a recall of the
 	// file in time, and until when they may cache none of it (evict.go).
 	evicted map[*jrnl]time.Time
+	// following are the clients sent a Follow, and the dirty mark it was
+	// for; held, what they answered (sprite_held.go).
+	following map[*jrnl]uint32
+	held      map[*jrnl]heldAttr
 }
 
 // ask is a Recall or Uncache sent: a Clean with a seq at or after the
@@ -187,7 +191,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 	if write {
 		sp.writeOpens.Add(1)
 	}
-	recalled, graceWaited, waited := false, false, false
+	recalled, graceWaited, waited, following := false, false, false, false
 	sp.mu.Lock()
 	for {
 		st := sp.stateLocked(k)
@@ -266,6 +270,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					// the file not shared, even one for reading.
 					st.dirty[me] = st.version
 					sp.s.rights.grant(me.name, me.owner, k.path)
+					following = true
 				}
 				st.isShared = shares
 				if !shares {
@@ -276,6 +281,9 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					v |= journal.NoCache
 				}
 				sp.mu.Unlock()
+				if following {
+					sp.openedForWriting(k, me, v&^journal.NoCache)
+				}
 				if recalled {
 					sp.recalls.Add(1)
 				}

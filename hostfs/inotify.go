@@ -277,14 +277,9 @@ func (w *inotifyWatch) tree(fd int) bool {
 }
 
 func (w *inotifyWatch) read() {
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := w.f.Read(buf)
-		if err != nil {
-			return // closed
-		}
-		w.batch(buf[:k])
-	}
+	d := newDrainer(w.f, w.batch)
+	w.fs.st.Events().OnSync(d.sync)
+	d.run()
 }
 
 // batch raises the events of one read, each once, and watches the

@@ -71,13 +71,8 @@ func (fs *FS) watchFanotify() (stop func(), err error) {
 
 func (fs *FS) watch(f *os.File) {
 	self := int32(os.Getpid())
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := f.Read(buf)
-		if err != nil {
-			return // closed
-		}
-		for b := buf[:k]; len(b) >= unix.FAN_EVENT_METADATA_LEN; {
+	d := newDrainer(f, func(b []byte) {
+		for len(b) >= unix.FAN_EVENT_METADATA_LEN {
 			evLen := binary.NativeEndian.Uint32(b[0:])
 			metaLen := binary.NativeEndian.Uint16(b[6:])
 			if evLen < uint32(metaLen) || int(evLen) > len(b) {
@@ -92,7 +87,9 @@ func (fs *FS) watch(f *os.File) {
 			}
 			b = b[evLen:]
 		}
-	}
+	})
+	fs.st.Events().OnSync(d.sync)
+	d.run()
 }
 
 // noticed turns one fanotify event into events of the FS.

@@ -128,13 +128,7 @@ func TestWatchersRaiseChangesBeside(t *testing.T) {
 			dir, root := newFS(t)
 			os.WriteFile(filepath.Join(dir, "f"), []byte("1"), 0o644)
 			os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-			log, _ := logTo()
-			stop, err := Watch(root, how, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stop()
-			h := hear(root)
+			h := watched(t, root, how)
 			rootTok := root.Token()
 			f := tokenOf(t, root, filepath.Join(dir, "f"))
 
@@ -161,6 +155,19 @@ func TestWatchersRaiseChangesBeside(t *testing.T) {
 			h.await(t, "chmod of a directory", layer.Event{Kind: layer.Attrs, Token: sub.Token()})
 		})
 	}
+}
+
+// watched watches root's directory with how until t ends, and hears
+// its events.
+func watched(t *testing.T, root layer.Node, how string) *heard {
+	t.Helper()
+	log, _ := logTo()
+	stop, err := Watch(root, how, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return hear(root)
 }
 
 // untilHeard repeats change until ev is raised: a directory the walk

@@ -38,8 +38,9 @@ const (
 
 // Events fans events out to subscribers. The zero value is ready.
 type Events struct {
-	mu   sync.RWMutex
-	subs []func(Event)
+	mu    sync.RWMutex
+	subs  []func(Event)
+	syncs []func() // OnSync
 }
 
 // Subscribe registers fn for every later event. fn runs on the raiser's

@@ -265,6 +265,8 @@ func (j *jreader) apply(r *journal.Record) {
 	case r.Kind == journal.Recall || r.Kind == journal.Uncache:
 		// Writing back takes requests: not on the journal's reader.
 		go fs.wb.Recalled(path, r.Seq, r.Kind == journal.Uncache)
+	case r.Kind == journal.Follow:
+		fs.wb.Follow(tok)
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
 		cc.DropAll()
 		fs.ctr.resets.Add(1)

@@ -267,6 +267,8 @@ func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
 		}
 		h.fs.procUnref(owner)
 	}
+	// Another client's stat after this close shows its delayed writes.
+	h.fs.wb.Closing(h.n.tok, h.flags&unix.O_ACCMODE != unix.O_RDONLY)
 	// Delayed writes that could not be written back fail the close.
 	return h.fs.wb.TakeErr(h.n.tok)
 }

@@ -79,6 +79,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if e != 0 {
 		return nil, e
 	}
+	if n.fs.wb.Sprite() {
+		// Our journal is applied up to this open: a name it changed
+		// no longer leads here (revalidate.go).
+		if e := n.stillNamed(c, id.uid); e != 0 {
+			c.Clunk(fid)
+			return nil, e
+		}
+	}
 	h.c, h.fid, h.iounit = c, fid, iounit
 	n.fs.wb.Opened(n.tok, h, q.Vers, flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0, uncaches)
 	if flags&unix.O_TRUNC != 0 {

@@ -33,6 +33,7 @@ type counters struct {
 	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
 
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
+	staleOpens            atomic.Uint64 // opens of a node no name names now (revalidate.go)
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -56,9 +57,11 @@ type SpriteStats struct {
 	Opens           uint64 `json:"opens"`
 	OpensStale      uint64 `json:"opens_stale"`   // another version: cache dropped
 	OpensNoCache    uint64 `json:"opens_nocache"` // write-shared: not cached
+	OpensRenamed    uint64 `json:"opens_renamed"` // of a file its name no longer names: ESTALE, looked up again
 	Recalls         uint64 `json:"recalls"`       // Recall records answered
 	Uncaches        uint64 `json:"uncaches"`      // Uncache records answered
 	Cleans          uint64 `json:"cleans"`        // Cleans sent unasked: nothing dirty, no recall needed
+	Helds           uint64 `json:"helds"`         // attributes of delayed data told the server for another client
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
@@ -134,8 +137,8 @@ func (fs *FS) spriteStats() *SpriteStats {
 		WriteBytes: c.writeBytes.Load(), WriteServerBytes: w.WriteServerBytes.Load(),
 		Discarded: w.Discarded.Load(), Lost: w.Lost.Load(), DirtyBytes: fs.wb.DirtyBytes(),
 		DirtyFiles: fs.wb.DirtyFiles(), WriteBacks: map[string]uint64{},
-		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(),
-		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
+		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
+		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
 		Size: fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {
 		s.WriteDelay = fs.wb.Delay.String()

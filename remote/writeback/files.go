@@ -23,7 +23,8 @@
 // through, a Writer an open handle whose fid it may use.
 //
 // Lock order: an open's lock (OpenLock, held across its Tlopen), then
-// sfile.mu (held across a write-back: only the file's own writes, reads
+// sfile.hmu (held across a Held's send: only the file's other Helds
+// wait; follow.go), then sfile.mu (held across a write-back: only the file's own writes, reads
 // of its delayed data and setattrs wait), then sfile.vmu and Files.smu,
 // then the File's own (Pin), the cache's and the session's. Files.olmu
 // and Files.nmu are taken alone. What a session step runs (Reclaim) takes no sfile lock: a
@@ -124,11 +125,16 @@ type Files struct {
 	naming map[uint64]int // name changes in flight, by file (NameChange)
 	done   chan struct{}  // closed by Close: ends the flusher
 	sizes  sizes
+
+	// followed (under smu) are the QID paths the server sent Follow of,
+	// while it has states of them: a state made later is followed
+	// (follow.go).
+	followed map[uint64]bool
 }
 
 // New makes the write-behind and starts its flusher (with a delay).
 func New(cfg Config) *Files {
-	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
+	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, followed: map[uint64]bool{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
 	if w.Delay == 0 {
 		w.Delay = defaultDelay
 	}
@@ -162,6 +168,9 @@ func (w *Files) Delaying() bool { return w.sprite.Load() && w.Delay > 0 }
 type sfile struct {
 	tok      layer.Token // the file: a number reused by a new file is another
 	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
+	followed atomic.Bool // another client follows it: tell its attributes (follow.go)
+	hmu      sync.Mutex  // one Held of it at a time (follow.go); before mu
+	toldHeld atomic.Bool // the last Held of it had delayed writes
 	refused  atomic.Bool // the server refused its reclaim
 	// gone: forgetIdle took it from the map (set under mu and vmu).
 	gone bool
@@ -207,6 +216,7 @@ func (w *Files) sfileOf(tok layer.Token, make bool) *sfile {
 		return nil
 	}
 	sf := &sfile{tok: tok}
+	sf.followed.Store(w.followed[tok.Ino])
 	w.sfiles[tok.Ino] = append(w.sfiles[tok.Ino], sf)
 	return sf
 }
@@ -265,6 +275,7 @@ func (w *Files) forgetIdle(sf *sfile) {
 		w.sfiles[sf.tok.Ino] = sfs
 	} else {
 		delete(w.sfiles, sf.tok.Ino)
+		delete(w.followed, sf.tok.Ino)
 	}
 	w.smu.Unlock()
 }

@@ -17,6 +17,7 @@ type Counters struct {
 	Recalls, Uncaches atomic.Uint64 // records received
 	Cleans            atomic.Uint64 // Cleans sent of the client's own
 	ReclaimsRefused   atomic.Uint64
+	Helds             atomic.Uint64 // attributes of delayed data told the server (follow.go)
 }
 
 // DirtyBytes is how much delayed data the client holds.

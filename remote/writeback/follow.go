@@ -1,0 +1,75 @@
+package writeback
+
+import (
+	"slices"
+
+	"github.com/shalefs/shale/journal"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// Attributes of delayed data, for the other clients (journal.Follow,
+// issue 23): a client that holds delayed writes of a file another client
+// follows tells the server the file's size and mtime as it has them when
+// asked, and again before each close of the file returns, so that a stat
+// on the other client after the close shows them. The server answers that
+// Held once the others' journals have dropped what they had.
+
+// Follow takes the server's Follow of the file numbered tok.Ino: it is
+// followed until this client forgets it. The Held it asks for is sent in
+// the background: it may wait for a write-back of the file.
+func (w *Files) Follow(tok layer.Token) {
+	// A number a new file reuses is two files (an unlink and a create):
+	// the one with delayed writes answers. One is made if need be: a
+	// Follow comes during the open that would make it.
+	w.smu.Lock()
+	w.followed[tok.Ino] = true
+	sfs := slices.Clone(w.sfiles[tok.Ino])
+	w.smu.Unlock()
+	if len(sfs) == 0 && tok.Gen != 0 {
+		sfs = append(sfs, w.sfileOf(tok, true)) // so followed stays
+	}
+	for _, sf := range sfs {
+		sf.followed.Store(true)
+	}
+	go w.sendHeld(tok.Ino, sfs)
+}
+
+// Closing is told of each close of tok's file (close(2), not the
+// release) through a handle that may write: a followed file's delayed
+// writes (or that it has none left: a truncation) are told to the
+// server before it returns. Writing through, there is nothing to tell.
+func (w *Files) Closing(tok layer.Token, write bool) {
+	if !write || !w.Delaying() {
+		return
+	}
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !sf.followed.Load() || !sf.hasDirty.Load() && !sf.toldHeld.Load() {
+		return // nothing delayed now, nor told before
+	}
+	w.sendHeld(tok.Ino, []*sfile{sf})
+}
+
+// sendHeld sends Held of path: the size and mtime of the one of sfs with
+// delayed writes, or none. One at a time per file, each taken after the
+// last was answered, so that an older one never lands last.
+func (w *Files) sendHeld(path uint64, sfs []*sfile) {
+	if w.Send == nil {
+		return
+	}
+	for _, sf := range sfs {
+		sf.hmu.Lock()
+		defer sf.hmu.Unlock()
+	}
+	r := journal.Record{Kind: journal.Held, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: path}}
+	for _, sf := range sfs {
+		sf.mu.Lock()
+		if d := sf.d; d != nil {
+			r.Fields = []journal.Field{journal.HeldField(uint64(d.size), d.mtime)}
+		}
+		sf.toldHeld.Store(sf.d != nil)
+		sf.mu.Unlock()
+	}
+	w.Send(r)
+	w.Ctr.Helds.Add(1)
+}
