@@ -51,17 +51,9 @@ func TestStalledTruncation(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("an O_TRUNC open across a stall healed within the timeout of the loss: %v", err)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(tail); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
+	if err := appendSync(t, p, tail); err != nil {
 		t.Fatalf("fsync: %v", err)
 	}
-	f.Close()
 
 	want := append(slices.Clone(fresh), tail...)
 	check := func(when string) {

@@ -261,17 +261,9 @@ func TestRestartAfterLinkChain(t *testing.T) {
 				kill9(s)
 			}
 			serve(t, addr, append(spriteArgs(), "--grace", grace.String(), lower)...)
-			f, err := os.OpenFile(filepath.Join(m, "f12"), os.O_WRONLY|os.O_APPEND, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.Write(last); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Sync(); err != nil {
+			if err := appendSync(t, filepath.Join(m, "f12"), last); err != nil {
 				t.Errorf("fsync f12: %v", err)
 			}
-			f.Close()
 			want := append(slices.Clone(second), last...)
 			if msg := lowerHas(filepath.Join(lower, "f12"), want)(); msg != "" {
 				t.Errorf("LOWER's f12: %s", msg)
@@ -281,4 +273,20 @@ func TestRestartAfterLinkChain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// appendSync appends data to the file p as a program would (O_APPEND),
+// and returns what the fsync after it said; it fails t if the open or the
+// write fails.
+func appendSync(t *testing.T, p string, data []byte) error {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	return f.Sync()
 }
