@@ -161,12 +161,16 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 		n.raiseGone(ctx, c, dfid, id.uid, name) // a file's other links change
 	}
 	known := n.known(name)
+	var links map[uint64]uint32
+	if flags == 0 {
+		links = n.unlinking(ctx, c, dfid, name, known)
+	}
 	defer n.fs.wb.NameChange(known)()
 	if err := n.fs.unlinkat(c, dfid, name, flags); err != nil && !n.lostButMade(ctx, err, name, known, nil, "") {
 		return session.Errno(err)
 	}
 	for _, p := range known {
-		n.fs.wb.Unlinked(p) // before its attributes go: the link count tells
+		n.fs.wb.Unlinked(p, links[p])
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	for _, p := range known {
@@ -175,6 +179,35 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	n.detach(name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	return 0
+}
+
+// unlinking is the link counts, before name in dfid goes, of the files
+// it may be that have delayed writes here, told to the write-behind: one
+// with other names writes them back first (writeback.Unlinking). A count
+// not cached costs a walk and a getattr, for such files only.
+func (n *node) unlinking(ctx context.Context, c *session.Conn, dfid uint32, name string, known []uint64) map[uint64]uint32 {
+	links := map[uint64]uint32{}
+	asked := false
+	for _, p := range known {
+		if !n.fs.wb.Dirty(p) {
+			continue
+		}
+		if a, _, ok := n.fs.cc.Attr(p); ok {
+			links[p] = a.Nlink
+		} else if !asked {
+			asked = true
+			if fid, q, err := c.Walk(dfid, []string{name}); err == nil {
+				if ra, err := c.Getattr(fid); err == nil && slices.Contains(known, q.Path) {
+					links[q.Path] = uint32(ra.Attr.Nlink)
+				}
+				c.Clunk(fid)
+			}
+		}
+	}
+	for p, nlink := range links {
+		n.fs.wb.Unlinking(ctx, p, nlink)
+	}
+	return links
 }
 
 // known is the QID paths that name in the directory n may be cached as:
@@ -251,6 +284,16 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
 	movedKnown, overKnown := n.known(name), d.known(newName)
 	known := append(slices.Clone(movedKnown), overKnown...)
+	var links map[uint64]uint32
+	if n.tok != d.tok || name != newName {
+		var over []uint64 // not another name of the moved file
+		for _, p := range overKnown {
+			if !slices.Contains(movedKnown, p) {
+				over = append(over, p)
+			}
+		}
+		links = d.unlinking(ctx, c, ndfid, newName, over)
+	}
 	defer n.fs.wb.NameChange(known)()
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil && !n.lostButMade(ctx, err, name, movedKnown, d, newName) {
 		return session.Errno(err)
@@ -259,7 +302,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if !same {
 		for _, p := range overKnown {
 			if !slices.Contains(movedKnown, p) {
-				n.fs.wb.Unlinked(p) // replaced: before its attributes go, the link count tells
+				n.fs.wb.Unlinked(p, links[p]) // replaced
 			}
 		}
 	}

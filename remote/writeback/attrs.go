@@ -114,22 +114,53 @@ func (w *Files) truncateLocked(sf *sfile, size int64) {
 	}
 }
 
+// Dirty tells whether a file numbered path has delayed writes.
+func (w *Files) Dirty(path uint64) bool {
+	for _, sf := range w.sfilesOf(path) {
+		if sf.hasDirty.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Unlinking is told, before this client removes a name of the file
+// numbered path (or renames another file over it), the file's link count
+// then (0 if not known). With other names staying, its dirty data is
+// written back first, through the name that goes: afterwards no path
+// this client knows may reach the file (another client made the other
+// name), and the data must not go as a removed file's would.
+func (w *Files) Unlinking(ctx context.Context, path uint64, nlink uint32) {
+	if nlink < 2 {
+		return
+	}
+	for _, sf := range w.sfilesOf(path) {
+		sf.mu.Lock()
+		sf.linked = true
+		if sf.d != nil {
+			w.writeBackLocked(ctx, sf, Unlink)
+		}
+		sf.mu.Unlock()
+	}
+}
+
 // Unlinked is told that this client removed a name of the file
-// numbered path (or renamed another file over it). With its last name
-// gone, its dirty data never reaches the server: discarded now, or, with
-// a handle that may read it back, at its write-back or last close (see
-// File.Removed). With other names left it is written back through them.
-func (w *Files) Unlinked(path uint64) {
-	a, _, ok := w.Cache.Attr(path)
-	if ok && a.Nlink > 1 {
-		return // other names remain
+// numbered path (or renamed another file over it), which had nlink
+// names before (0 if not known). With its last name gone, its dirty
+// data never reaches the server: discarded now, or, with a handle that
+// may read it back, at its write-back or last close (see File.Removed).
+// With other names left it is written back through them.
+func (w *Files) Unlinked(path uint64, nlink uint32) {
+	if nlink != 1 {
+		return // other names remain, or not known to be gone
 	}
 	for _, sf := range w.sfilesOf(path) {
 		if !sf.hasDirty.Load() {
 			continue
 		}
 		sf.mu.Lock()
-		if ok && !sf.held() {
+		sf.linked = false // the last name went
+		if !sf.held() {
 			w.discardLocked(sf)
 		}
 		sf.mu.Unlock()

@@ -56,10 +56,11 @@ const (
 	Setattr
 	Unmount
 	Reset
+	Unlink // a name of it goes, and others stay that this client may not know
 	NReasons
 )
 
-var ReasonNames = [NReasons]string{"age", "fsync", "recall", "uncache", "memory", "setattr", "unmount", "reset"}
+var ReasonNames = [NReasons]string{"age", "fsync", "recall", "uncache", "memory", "setattr", "unmount", "reset", "unlink"}
 
 const (
 	defaultDelay    = 30 * time.Second
@@ -196,6 +197,11 @@ type sfile struct {
 	// wb is a fid opened for the write-back when the file became dirty,
 	// so that it reaches the file whatever happens to its names.
 	wb *wbFid
+	// linked: this client removed a name of the file while it had
+	// others, which it may not know (another client's hard link): with
+	// no path left, its dirty data is kept in a conflict copy, never
+	// discarded as a removed file's.
+	linked bool
 }
 
 type wbFid struct {

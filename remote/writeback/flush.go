@@ -63,6 +63,8 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 			return syscall.EIO, false // kept: this client's rename or unlink of it is landing (NameChange)
 		case !sf.f.Removed():
 			return w.lostLocked(sf, "another client removed or renamed the file", "walk", e.Error(), "reason", ReasonNames[why]), false
+		case sf.linked:
+			return w.lostLocked(sf, "no name this client knows reaches the file, which has another (a hard link made elsewhere)", "reason", ReasonNames[why]), false
 		case sf.held():
 			return 0, false // a handle may read it back yet: kept until the last closes (Released)
 		}

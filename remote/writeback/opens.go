@@ -121,7 +121,7 @@ func (w *Files) Released(tok layer.Token, h Writer) {
 	delete(sf.handles, h)
 	sf.vmu.Unlock()
 	sf.mu.Lock()
-	if had && sf.d != nil && !sf.held() && sf.f.Removed() {
+	if had && sf.d != nil && !sf.held() && !sf.linked && sf.f.Removed() {
 		w.discardLocked(sf) // removed here, and now the last handle closed
 	}
 	if was {
