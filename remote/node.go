@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -190,10 +191,12 @@ func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 			return 0, session.Errno(err)
 		case q.Path != n.tok.Ino:
 			c.Clunk(fid)
-			continue // the path names another file now
+			n.fs.log.Debug("a name of the file leads to another now", "qid", n.tok.Ino, "name", "/"+strings.Join(names, "/"), "found", q.Path)
+			continue
 		}
 		return fid, 0
 	}
+	n.fs.log.Debug("no name this client knows leads to the file", "qid", n.tok.Ino, "names", len(n.paths()))
 	return 0, syscall.ESTALE
 }
 

@@ -161,16 +161,18 @@ func (w *Files) Unlinked(path uint64, nlink uint32) {
 		sf.mu.Lock()
 		sf.linked = false // the last name went
 		if !sf.held() {
-			w.discardLocked(sf)
+			w.discardLocked(sf, "its last name was removed")
 		}
 		sf.mu.Unlock()
 	}
 }
 
 // discardLocked drops sf's dirty data, counted as discarded: the
-// program itself overwrote, truncated or unlinked it.
-func (w *Files) discardLocked(sf *sfile) {
+// program itself unlinked it. Said at debug level, with why: a loss
+// would show here first.
+func (w *Files) discardLocked(sf *sfile, why string) {
 	if sf.d != nil {
+		w.Log.Debug("delayed writes discarded: "+why, "qid", sf.tok.Ino, "bytes", sf.d.bytes())
 		w.Ctr.Discarded.Add(uint64(sf.d.bytes()))
 		w.dropDirtyLocked(sf)
 	}

@@ -70,7 +70,7 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		}
 		// This client removed its last name (or renamed another file
 		// over it): as a local file's, its data goes.
-		w.discardLocked(sf)
+		w.discardLocked(sf, "its last name was removed here, and no handle reads it")
 		return 0, false
 	case e != 0:
 		// EIO: the connection went; EINTR: the server cut the request

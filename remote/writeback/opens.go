@@ -122,7 +122,7 @@ func (w *Files) Released(tok layer.Token, h Writer) {
 	sf.vmu.Unlock()
 	sf.mu.Lock()
 	if had && sf.d != nil && !sf.held() && !sf.linked && sf.f.Removed() {
-		w.discardLocked(sf) // removed here, and now the last handle closed
+		w.discardLocked(sf, "the last handle of a file removed here closed")
 	}
 	if was {
 		w.cleanLocked(sf)

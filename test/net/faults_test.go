@@ -61,7 +61,9 @@ import (
 // minutes. The soak run's SHALE_FAULT_ROUNDS=10 is 200 server restarts
 // and 50 client kills. SHALE_FAULT_SEED fixes the order and the
 // workloads' choices (it is logged; the timing never repeats exactly).
-// SHALE_FAULT_LOG=DIR keeps every workload's lines in DIR/INST.log.
+// SHALE_FAULT_LOG=DIR keeps every workload's lines in DIR/INST.log, and
+// each client's log, at debug level (its discards, its walks that found
+// another file), in DIR/CLIENT.client.log.
 
 const (
 	faultClients  = 3
@@ -216,7 +218,7 @@ func newFaultHarness(t *testing.T, nClients int) *faultHarness {
 			addr, c.viaRelay = h.relay.addr, true
 		}
 		c.url = fmt.Sprintf("9p://%s/?timeout=%s&writedelay=%s", addr, faultTimeout, faultDelay)
-		c.mnt, c.pm = mountFg(t, c.url)
+		c.mnt, c.pm = mountFg(t, c.url, faultMountArgs()...)
 		h.clients = append(h.clients, c)
 	}
 	for _, c := range h.clients {
@@ -461,6 +463,14 @@ func (h *faultHarness) progress(what string, n int64, dwell time.Duration) time.
 	}
 }
 
+// faultMountArgs is the clients' mount flags: debug logs when kept.
+func faultMountArgs() []string {
+	if os.Getenv("SHALE_FAULT_LOG") != "" {
+		return []string{"--log-level", "debug"}
+	}
+	return nil
+}
+
 // killClient kills c's mount (-9) under its workload, then mounts it
 // again with a new workload in a new directory.
 func (h *faultHarness) killClient(c *faultClient) {
@@ -471,7 +481,7 @@ func (h *faultHarness) killClient(c *faultClient) {
 	unix.Unmount(c.mnt, unix.MNT_DETACH)
 	h.stopWork(w)
 	c.logs = append(c.logs, c.pm.log.String())
-	c.mnt, c.pm = mountFg(h.t, c.url)
+	c.mnt, c.pm = mountFg(h.t, c.url, faultMountArgs()...)
 	c.work = h.startWork(c)
 }
 
