@@ -58,7 +58,7 @@ func init() {
 // How a request on one fid is served.
 const (
 	changes = 1 << iota // it changes what the fid is: it has the fid to itself
-	lax                 // served even when short (as fid 0): it needs no more than the fid
+	lax                 // served even when short: it needs no more than the fid
 )
 
 // What serves a request on one fid: any kind, the kinds at a file of a
@@ -99,7 +99,11 @@ func on[M any, P interface {
 }, K any](how int, as func(*fid) (K, bool), op func(K, context.Context, P) (p9wire.Message, syscall.Errno)) handler {
 	return func(c *conn, ctx context.Context, d *p9wire.Dec) (p9wire.Message, syscall.Errno) {
 		var head p9wire.FidReq // every request on one fid names it first
-		head.Decode(&p9wire.Dec{B: d.B})
+		hd := p9wire.Dec{B: d.B}
+		head.Decode(&hd)
+		if hd.Err != nil {
+			return nil, syscall.EINVAL // not even the fid: never fid 0
+		}
 		m := P(new(M))
 		m.Decode(d)
 		f, e := c.fid(head.Fid)
@@ -284,6 +288,9 @@ func (c *conn) remove(ctx context.Context, d *p9wire.Dec) (p9wire.Message, sysca
 		return nil, syscall.EBADF
 	}
 	defer f.done(false)
+	if _, ok := f.is.(*xattrFid); ok {
+		return nil, syscall.EOPNOTSUPP // an xattr's value, not its file (clunked all the same)
+	}
 	p := f.fileAt()
 	if p == nil {
 		return nil, syscall.EBUSY // the journal tree's, as a root's
@@ -343,6 +350,9 @@ func (c *conn) rename(ctx context.Context, d *p9wire.Dec) (p9wire.Message, sysca
 	return nil, c.pair(m.Fid, true, m.Dfid, func(f, o *fid) syscall.Errno {
 		if o == f {
 			return syscall.EINVAL // into itself
+		}
+		if _, ok := f.is.(*xattrFid); ok {
+			return syscall.EOPNOTSUPP // an xattr's value, not its file
 		}
 		p := f.fileAt()
 		if p == nil {

@@ -71,6 +71,8 @@ const (
 	tMknod    = 18
 	tRename   = 20
 	tRemove   = 122
+	tReadlink = 22
+	tFsync    = 50
 	tLink     = 70
 	tRenameat = 74
 )
@@ -349,5 +351,37 @@ func TestRenamePath(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(f.dir, "c", "y")); err != nil || string(b) != "other" {
 		t.Fatalf("the other file: %q %v", b, err)
+	}
+}
+
+// A request too short to name its fid is refused, never served on fid 0
+// (the root, attached first); and an xattr fid is a value, not its file:
+// Tremove and Trename of it change no file.
+func TestShortRequestsAndXattrFids(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.WriteFile(filepath.Join(f.dir, "f"), []byte("data"), 0o644)
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	for _, typ := range []uint8{tStatfs, tReadlink, tFsync} {
+		if e, err := lerror(r.rpc(t, frame(typ, 1, uint16(0)))); err != nil || e != uint32(linux.EINVAL) {
+			t.Errorf("type %d without its fid: errno %d %v, want EINVAL", typ, e, err)
+		}
+	}
+	r.must(t, "walk", twalk(1, 0, 1, "f"))
+	for _, m := range []struct {
+		what string
+		msg  []byte
+	}{
+		{"rename", frame(tRename, 1, uint32(2), uint32(0), "g")},
+		{"remove", frame(tRemove, 1, uint32(2))},
+	} {
+		r.must(t, "xattrwalk", frame(tXattrwalk, 1, uint32(1), uint32(2), ""))
+		if e, err := lerror(r.rpc(t, m.msg)); err != nil || e != uint32(linux.EOPNOTSUPP) {
+			t.Errorf("%s of an xattr fid: errno %d %v, want EOPNOTSUPP", m.what, e, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(f.dir, "f")); err != nil || string(b) != "data" {
+			t.Fatalf("after the %s of an xattr fid, f: %q %v", m.what, b, err)
+		}
+		r.rpc(t, frame(tClunk, 1, uint32(2))) // the rename's; the remove's is gone already
 	}
 }
