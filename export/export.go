@@ -370,23 +370,31 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	s.mu.Unlock()
 }
 
-// caller is who a connection's attach named, as the layers see them.
+// caller is who a connection's attach named, as the layers see them,
+// with the groups the user database gives them.
 func (s *Server) caller(uid uint32) layer.Caller {
+	g := s.groupsOf(uid)
+	return s.squash(uid, g.gid, g.supp)
+}
+
+// squash is the caller uid, gid and supp make, root squashed unless
+// NoRootSquash: uid 0 acts as nobody in no group, and group 0 as nobody's.
+// supp is not changed (the user database's are shared).
+func (s *Server) squash(uid, gid uint32, supp []uint32) layer.Caller {
 	if uid == 0 && !s.opts.NoRootSquash {
 		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true}
 	}
-	g := s.groupsOf(uid)
-	if !s.opts.NoRootSquash {
-		g.gid = s.squashGid(g.gid)
-		if slices.Contains(g.supp, 0) {
-			supp := make([]uint32, len(g.supp))
-			for i, id := range g.supp {
-				supp[i] = s.squashGid(id)
-			}
-			g.supp = supp
-		}
+	if supp == nil {
+		supp = []uint32{} // known: none
 	}
-	return layer.Caller{Uid: uid, Gid: g.gid, Supp: g.supp, Check: true}
+	if !s.opts.NoRootSquash && slices.Contains(supp, 0) {
+		sq := make([]uint32, len(supp))
+		for i, id := range supp {
+			sq[i] = s.squashGid(id)
+		}
+		supp = sq
+	}
+	return layer.Caller{Uid: uid, Gid: s.squashGid(gid), Supp: supp, Check: true}
 }
 
 // squashGid is the group gid acts as: root's is nobody's unless
