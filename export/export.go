@@ -10,11 +10,12 @@
 // A connection's requests are served at once, each in its own goroutine
 // (at most maxInFlight); Tflush cancels one and waits for it. A Tattach
 // names who attaches (n_uname, else uname in the user database, else
-// nobody), and every fid it leads to carries that caller (layer.Caller
-// with Check set: no kernel has checked permissions, the bottom of the
-// stack must). Its attach name selects a root, and may go on below it. The
-// uid of 9P2000.L.Google's Tucreate & co is not served: files belong to
-// the attaching caller.
+// nobody), with the gid and groups its afid claims (creds.go) or else the
+// user database's, and every fid it leads to carries that caller
+// (layer.Caller with Check set: no kernel has checked permissions, the
+// bottom of the stack must). Its attach name selects a root, and may go
+// on below it. The uid of 9P2000.L.Google's Tucreate & co is not served:
+// files belong to the attaching caller.
 package export
 
 import (
