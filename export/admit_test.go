@@ -101,17 +101,9 @@ func (p peerConn) RemoteAddr() net.Addr { return p.addr }
 
 // rawFrom is rawDial from another host's address.
 func (f *fixture) rawFrom(t *testing.T, ip string) *raw {
-	cli, srv := net.Pipe()
-	r := &raw{c: cli, done: make(chan struct{})}
-	go func() {
-		f.s.ServeConn(peerConn{srv, &net.TCPAddr{IP: net.ParseIP(ip), Port: 564}})
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		cli.Close()
-		<-r.done
+	return f.rawOver(t, func(c net.Conn) net.Conn {
+		return peerConn{c, &net.TCPAddr{IP: net.ParseIP(ip), Port: 564}}
 	})
-	return r
 }
 
 // MaxConnsPerPeer: a peer past its share is refused while others are

@@ -10,11 +10,12 @@
 // A connection's requests are served at once, each in its own goroutine
 // (at most maxInFlight); Tflush cancels one and waits for it. A Tattach
 // names who attaches (n_uname, else uname in the user database, else
-// nobody), and every fid it leads to carries that caller (layer.Caller
-// with Check set: no kernel has checked permissions, the bottom of the
-// stack must). Its attach name selects a root, and may go on below it. The
-// uid of 9P2000.L.Google's Tucreate & co is not served: files belong to
-// the attaching caller.
+// nobody), with the gid and groups its afid claims (creds.go) or else the
+// user database's, and every fid it leads to carries that caller
+// (layer.Caller with Check set: no kernel has checked permissions, the
+// bottom of the stack must). Its attach name selects a root, and may go
+// on below it. The uid of 9P2000.L.Google's Tucreate & co is not served:
+// files belong to the attaching caller.
 package export
 
 import (
@@ -370,23 +371,31 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	s.mu.Unlock()
 }
 
-// caller is who a connection's attach named, as the layers see them.
+// caller is who a connection's attach named, as the layers see them,
+// with the groups the user database gives them.
 func (s *Server) caller(uid uint32) layer.Caller {
+	g := s.groupsOf(uid)
+	return s.squash(uid, g.gid, g.supp)
+}
+
+// squash is the caller uid, gid and supp make, root squashed unless
+// NoRootSquash: uid 0 acts as nobody in no group, and group 0 as nobody's.
+// supp is not changed (the user database's are shared).
+func (s *Server) squash(uid, gid uint32, supp []uint32) layer.Caller {
 	if uid == 0 && !s.opts.NoRootSquash {
 		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true}
 	}
-	g := s.groupsOf(uid)
-	if !s.opts.NoRootSquash {
-		g.gid = s.squashGid(g.gid)
-		if slices.Contains(g.supp, 0) {
-			supp := make([]uint32, len(g.supp))
-			for i, id := range g.supp {
-				supp[i] = s.squashGid(id)
-			}
-			g.supp = supp
-		}
+	if supp == nil {
+		supp = []uint32{} // known: none
 	}
-	return layer.Caller{Uid: uid, Gid: g.gid, Supp: g.supp, Check: true}
+	if !s.opts.NoRootSquash && slices.Contains(supp, 0) {
+		sq := make([]uint32, len(supp))
+		for i, id := range supp {
+			sq[i] = s.squashGid(id)
+		}
+		supp = sq
+	}
+	return layer.Caller{Uid: uid, Gid: s.squashGid(gid), Supp: supp, Check: true}
 }
 
 // squashGid is the group gid acts as: root's is nobody's unless

@@ -2,8 +2,6 @@ package export
 
 import (
 	"context"
-	"os/user"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,12 +19,7 @@ type handler func(c *conn, ctx context.Context, d *p9wire.Dec) (p9wire.Message, 
 var handlers [256]handler
 
 func init() {
-	handlers[p9wire.Tauth] = func(*conn, context.Context, *p9wire.Dec) (p9wire.Message, syscall.Errno) {
-		// No 9P authentication: a key, when configured, is TLS before
-		// any message. ENOENT is what clients (diod's, Linux's) take for
-		// "attach without".
-		return nil, syscall.ENOENT
-	}
+	handlers[p9wire.Tauth] = (*conn).auth
 	handlers[p9wire.Tattach] = (*conn).attach
 	handlers[p9wire.Twalk] = (*conn).walk
 	handlers[p9wire.Txattrwalk] = (*conn).xattrwalk
@@ -129,33 +122,29 @@ func on[M any, P interface {
 }
 
 // attach: n_uname, else uname in the user database, else nobody, if the
-// connection's peer may attach as that uid (EPERM); the attach name is a
-// root's, maybe followed by a path below it.
+// connection's peer may attach as that uid (EPERM), with the groups its
+// afid claims (creds.go) or else the user database's; the attach name is
+// a root's, maybe followed by a path below it.
 func (c *conn) attach(ctx context.Context, d *p9wire.Dec) (p9wire.Message, syscall.Errno) {
 	m := decode[p9wire.Attach](d)
 	if m == nil {
 		return nil, syscall.EINVAL
 	}
-	uid := m.NUname
-	if uid == p9wire.NoUID {
-		uid = nobody
-		if u, err := user.Lookup(m.Uname); err == nil {
-			if n, err := strconv.ParseUint(u.Uid, 10, 32); err == nil {
-				uid = uint32(n)
-			}
-		}
+	uid, e := c.attacher(m.Uname, m.NUname)
+	if e != 0 {
+		return nil, e
 	}
-	if !c.peer.May(uid) {
-		// 9P carries no message: the server's log says why, once.
-		if !c.warned.Swap(true) {
-			c.s.log.Warn("9p: attach refused: a client may attach only as a user its connection proves it is", "uid", uid, "peer", c.peer.String())
-		}
-		return nil, syscall.EPERM
+	claim, e := c.credsOf(m.Afid, uid)
+	if e != 0 {
+		return nil, e
 	}
 	if c.full() {
 		return nil, syscall.EMFILE
 	}
 	who := c.s.caller(uid)
+	if claim != nil {
+		who = *claim
+	}
 	if strings.Trim(m.Aname, "/") == journal.Aname {
 		// The QID is the root's, not the fid's: once bound, a pipelined
 		// request on the fid (a Tlcreate) may change what it names.

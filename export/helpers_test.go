@@ -365,10 +365,17 @@ type raw struct {
 
 func (f *fixture) rawDial(t testing.TB) *raw {
 	t.Helper()
+	return f.rawOver(t, func(c net.Conn) net.Conn { return c })
+}
+
+// rawOver is rawDial with the server's end of the connection as wrap
+// makes it (another peer).
+func (f *fixture) rawOver(t testing.TB, wrap func(net.Conn) net.Conn) *raw {
+	t.Helper()
 	cli, srv := net.Pipe()
 	r := &raw{c: cli, done: make(chan struct{})}
 	go func() {
-		f.s.ServeConn(srv)
+		f.s.ServeConn(wrap(srv))
 		close(r.done)
 	}()
 	t.Cleanup(func() {

@@ -228,6 +228,7 @@ type Qid struct {
 // QID types.
 const (
 	QTDir     = 0x80
+	QTAuth    = 0x08
 	QTSymlink = 0x02
 	QTFile    = 0
 )

@@ -22,7 +22,8 @@ import (
 type handle struct {
 	n     *node
 	fs    *FS
-	uid   uint32
+	uid   uint32 // the opener's, for what the cache grants
+	who   uint32 // the opener's credentials (session.Who): it acts with them
 	flags uint32 // open(2) flags to open again with: no O_TRUNC, O_CREAT, O_EXCL
 
 	reopen    sync.Mutex // one reopen at a time (use)
@@ -61,7 +62,7 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 		return c, fid, iounit, e // another request opened it meanwhile
 	}
 	since := h.fs.wb.Uncaches(h.n.tok)
-	fid, iounit, q, e := h.n.openFid(c, h.uid, h.flags)
+	fid, iounit, q, e := h.n.openFid(c, h.who, h.flags)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
@@ -183,7 +184,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	h.fs.ctr.writeBytes.Add(uint64(len(data)))
 	if h.fs.wb.Delaying() {
-		if delayed, e := h.fs.wb.Write(ctx, h.n.tok, h.n, h.uid, data, off, h.size); delayed {
+		if delayed, e := h.fs.wb.Write(ctx, h.n.tok, h.n, h.who, data, off, h.size); delayed {
 			if e != 0 {
 				return 0, e
 			}
@@ -530,7 +531,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		h.fs.noGetlock.Store(true)
 		h.fs.log.Debug("9p server has no Tgetlock: probing with Tlock", "err", err)
 	}
-	pfid, _, _, e := h.n.openFid(c, h.uid, h.flags&unix.O_ACCMODE)
+	pfid, _, _, e := h.n.openFid(c, h.who, h.flags&unix.O_ACCMODE)
 	if e != 0 {
 		return e
 	}

@@ -35,7 +35,7 @@ func TestIdentity(t *testing.T) {
 	if sys.Uid != 65534 || sys.Gid != 65534 || st.Mode().Perm() != 0o640 {
 		t.Fatalf("created %v uid %d gid %d, want 0640 65534 65534", st.Mode(), sys.Uid, sys.Gid)
 	}
-	// Each uid acts through fids of its own attach. (diod keeps root's
+	// Each caller acts through fids of its own attach. (diod keeps root's
 	// capabilities when it acts for another uid, so it does not refuse
 	// nobody a write into root's directory: the fids are what is checked.)
 	_, e = root.Mkdir(bg, "roots", 0o755, &a)
@@ -43,13 +43,13 @@ func TestIdentity(t *testing.T) {
 	d := lookup(t, root, "roots").(*node)
 	must(t, d.Getattr(nobody, nil, &a), "getattr as nobody")
 	d.mu.Lock()
-	f0, f1 := d.fids[0], d.fids[65534]
+	f0, f1 := d.fids[whoOf(bg)], d.fids[whoOf(nobody)]
 	d.mu.Unlock()
 	if f0 == nil || f1 == nil || f0.Num() == f1.Num() {
 		t.Fatalf("fids of root and nobody: %v %v", f0, f1)
 	}
-	r0, _ := f0.Conn().Root(0)
-	r1, _ := f0.Conn().Root(65534)
+	r0, _ := f0.Conn().Root(whoOf(bg))
+	r1, _ := f0.Conn().Root(whoOf(nobody))
 	if r0 == r1 {
 		t.Fatal("one attach for two uids")
 	}

@@ -48,7 +48,7 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
-	ch, e := n.child(c, dfid, id.uid, name, nil, out, n.fs.cc.Snap())
+	ch, e := n.child(c, dfid, id.who, name, nil, out, n.fs.cc.Snap())
 	if e != 0 {
 		return nil, e
 	}
@@ -82,7 +82,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		return nil, syscall.EXDEV
 	}
 	ch, e := n.make(ctx, name, out, func(c *session.Conn, dfid uint32, id ident) error {
-		tfid, tdone, e := t.fidOn(c, id.uid)
+		tfid, tdone, e := t.fidOn(c, id.who)
 		defer tdone()
 		if e != 0 {
 			return e
@@ -121,7 +121,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	// The node must be the file the handle has open: not what the name
 	// is by the time it is walked, if another client replaced it.
-	ch, e := n.child(c, dfid, id.uid, name, &q, out, n.fs.cc.Snap())
+	ch, e := n.child(c, dfid, id.who, name, &q, out, n.fs.cc.Snap())
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.
@@ -133,7 +133,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		*out = ra.Attr
 		ch = n.fs.newNode(session.Token(&ra))
 	}
-	h := &handle{n: ch, fs: n.fs, uid: id.uid, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
+	h := &handle{n: ch, fs: n.fs, uid: id.uid, who: id.who, flags: flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC), c: c, fid: hfid, iounit: iounit}
 	// (An Uncache of the new file that came before this reply is lost in
 	// the gap: the file is new, so another client raced its creation.)
 	n.fs.wb.Opened(ch.tok, h, q.Vers, true, n.fs.wb.Uncaches(ch.tok))
@@ -266,7 +266,7 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	if e != 0 {
 		return e
 	}
-	ndfid, ddone, e := d.fidOn(c, id.uid)
+	ndfid, ddone, e := d.fidOn(c, id.who)
 	defer ddone()
 	if e != 0 {
 		return e

@@ -14,7 +14,7 @@ import (
 )
 
 // node is a remote file. It holds no fid of its own identity: a fid per
-// uid and connection, walked by path on first use, so that a node outlives
+// caller's credentials and connection, walked by path on first use, so that a node outlives
 // connections and serves every caller as itself; a connection keeps a
 // bounded number of them (see session.Fid).
 type node struct {
@@ -30,7 +30,7 @@ type node struct {
 	children map[string][]*node // nodes given out for each name, not yet forgotten
 
 	mu   sync.Mutex
-	fids map[uint32]*session.Fid // by uid
+	fids map[uint32]*session.Fid // by credentials (session.Who)
 
 	// Under pinMu: a node that delayed writes are written back through
 	// stays in the tree, whatever the kernel forgets, until they are.
@@ -116,20 +116,22 @@ func (n *node) ownPathLocked() ([]string, bool) {
 // (never nil).
 func (n *node) use(ctx context.Context) (*session.Conn, uint32, ident, func(), layer.Errno) {
 	id := identOf(ctx)
+	id.who = whoOf(ctx)
 	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, 0, id, noop, e
 	}
-	fid, done, e := n.fidOn(c, id.uid)
+	fid, done, e := n.fidOn(c, id.who)
 	return c, fid, id, done, e
 }
 
-// fidOn returns the node's fid for uid on c, walking it from uid's attach
-// by the node's path if it has none there yet, and done, to call when the
-// caller no longer uses it (never nil): until then it stays the node's.
-func (n *node) fidOn(c *session.Conn, uid uint32) (uint32, func(), layer.Errno) {
+// fidOn returns the node's fid for the credentials who on c, walking it
+// from their attach by the node's path if it has none there yet, and
+// done, to call when the caller no longer uses it (never nil): until then
+// it stays the node's.
+func (n *node) fidOn(c *session.Conn, who uint32) (uint32, func(), layer.Errno) {
 	n.mu.Lock()
-	f := n.fids[uid]
+	f := n.fids[who]
 	n.mu.Unlock()
 	if f != nil && f.Conn() == c {
 		if ok, pathless := f.Pin(); ok {
@@ -146,39 +148,40 @@ func (n *node) fidOn(c *session.Conn, uid uint32) (uint32, func(), layer.Errno) 
 			if err != nil && errors.Is(err, session.ErrLost) {
 				return 0, noop, session.Errno(err)
 			}
-			n.forgetFid(uid, f)
+			n.forgetFid(who, f)
 			f.Drop()
 			return 0, noop, syscall.ESTALE
 		}
 	}
 	if n.isRoot {
-		rfid, err := c.Root(uid)
+		rfid, err := c.Root(who)
 		if err != nil {
 			return 0, noop, session.Errno(err)
 		}
 		return rfid, noop, 0 // the attach itself: clunked with its connection only
 	}
-	fid, e := n.walkPath(c, uid)
+	fid, e := n.walkPath(c, who)
 	if e != 0 {
 		return 0, noop, e
 	}
 	n.mu.Lock()
-	if f := n.fids[uid]; f != nil && f.Conn() == c {
+	if f := n.fids[who]; f != nil && f.Conn() == c {
 		if ok, _ := f.Pin(); ok {
 			n.mu.Unlock()
 			go c.Clunk(fid) // another request walked it meanwhile
 			return f.Num(), f.Unpin, 0
 		}
 	}
-	nf := n.ownFid(c, uid, fid)
-	n.fids[uid] = nf
+	nf := n.ownFid(c, who, fid)
+	n.fids[who] = nf
 	n.mu.Unlock()
 	return fid, nf.Unpin, 0
 }
 
-// walkPath walks a new fid of the node from uid's attach by its path.
-func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
-	rfid, err := c.Root(uid)
+// walkPath walks a new fid of the node from the attach of the
+// credentials who by its path.
+func (n *node) walkPath(c *session.Conn, who uint32) (uint32, layer.Errno) {
+	rfid, err := c.Root(who)
 	if err != nil {
 		return 0, session.Errno(err)
 	}
@@ -200,11 +203,11 @@ func (n *node) walkPath(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 	return 0, syscall.ESTALE
 }
 
-// hasFid tells whether the node has a fid for uid on c.
-func (n *node) hasFid(c *session.Conn, uid uint32) bool {
+// hasFid tells whether the node has a fid for the credentials who on c.
+func (n *node) hasFid(c *session.Conn, who uint32) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	f := n.fids[uid]
+	f := n.fids[who]
 	return f != nil && f.Conn() == c
 }
 
@@ -451,10 +454,11 @@ func (n *node) useDir(ctx context.Context, name string) (*session.Conn, uint32, 
 }
 
 // child walks to name in the directory dfid and makes its node, with a
-// fid for uid. With want, the file must be that one: if the name is
+// fid for the credentials who. With want, the file must be that one: if the name is
 // another file's, child fails with ESTALE. What it learns is cached if
 // nothing changed it since snapshot since.
-func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
+func (n *node) child(c *session.Conn, dfid, who uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
+	uid := session.UID(who)
 	fid, q, err := c.Walk(dfid, []string{name})
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) && want == nil {
@@ -476,8 +480,8 @@ func (n *node) child(c *session.Conn, dfid, uid uint32, name string, want *p9wir
 	tok := session.Token(&ra)
 	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
 	ch := n.fs.newNode(tok)
-	f := ch.ownFid(c, uid, fid)
-	ch.fids[uid] = f
+	f := ch.ownFid(c, who, fid)
+	ch.fids[who] = f
 	n.adopt(name, ch)
 	f.Unpin() // idle now
 	return ch, 0
@@ -509,7 +513,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
-	ch, e := n.child(c, dfid, id.uid, name, nil, out, since)
+	ch, e := n.child(c, dfid, id.who, name, nil, out, since)
 	if e != 0 {
 		return nil, e
 	}

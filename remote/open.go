@@ -10,15 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newFid is a new fid of the node for uid on c, to open: a clone of the
-// node's, or, if it has none, walked by path (one walk, not two).
-func (n *node) newFid(c *session.Conn, uid uint32) (uint32, layer.Errno) {
-	if !n.isRoot && !n.hasFid(c, uid) {
-		if fid, e := n.walkPath(c, uid); e != syscall.ESTALE {
+// newFid is a new fid of the node for the credentials who on c, to open:
+// a clone of the node's, or, if it has none, walked by path (one walk,
+// not two).
+func (n *node) newFid(c *session.Conn, who uint32) (uint32, layer.Errno) {
+	if !n.isRoot && !n.hasFid(c, who) {
+		if fid, e := n.walkPath(c, who); e != syscall.ESTALE {
 			return fid, e
 		}
 	}
-	nfid, done, e := n.fidOn(c, uid)
+	nfid, done, e := n.fidOn(c, who)
 	if e != 0 {
 		return 0, e
 	}
@@ -27,10 +28,10 @@ func (n *node) newFid(c *session.Conn, uid uint32) (uint32, layer.Errno) {
 	return fid, session.Errno(err)
 }
 
-// openFid makes a new fid of the node for uid and opens it with flags
-// (open(2)'s).
-func (n *node) openFid(c *session.Conn, uid, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
-	if fid, e = n.newFid(c, uid); e != 0 {
+// openFid makes a new fid of the node for the credentials who and opens
+// it with flags (open(2)'s).
+func (n *node) openFid(c *session.Conn, who, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+	if fid, e = n.newFid(c, who); e != 0 {
 		return 0, 0, q, e
 	}
 	q, iounit, err := c.Lopen(fid, openFlags(flags))
@@ -48,7 +49,7 @@ func (n *node) openFid(c *session.Conn, uid, flags uint32) (fid, iounit uint32, 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
 	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_NOFOLLOW
 	id := identOf(ctx)
-	h := &handle{n: n, fs: n.fs, uid: id.uid, flags: flags &^ unix.O_TRUNC}
+	h := &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
 	if !n.fs.wb.Sprite() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
 		// Opened on the server when a read misses, if one does (Sprite's
@@ -73,7 +74,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		if c, e = n.fs.ss.Conn(ctx); e != 0 {
 			return false
 		}
-		fid, iounit, q, e = n.openFid(c, id.uid, flags)
+		fid, iounit, q, e = n.openFid(c, h.who, flags)
 		return e != 0 && !c.Alive()
 	})
 	if e != 0 {
@@ -82,7 +83,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if n.fs.wb.Sprite() {
 		// Our journal is applied up to this open: a name it changed
 		// no longer leads here (revalidate.go).
-		if e := n.stillNamed(c, id.uid); e != 0 {
+		if e := n.stillNamed(c, h.who); e != 0 {
 			c.Clunk(fid)
 			return nil, e
 		}
@@ -104,7 +105,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	touch := cc.Touches(n.tok.Ino)
 	if ents, ok := cc.Listing(n.tok.Ino, id.uid); ok && !touch {
 		n.fs.hit(kindDir)
-		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
 	n.fs.miss(kindDir)
 	since := cc.Snap()
@@ -113,11 +114,12 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 		return nil, e
 	}
 	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
-	fid, iounit, _, e := n.openFid(c, id.uid, flags)
+	who := whoOf(ctx)
+	fid, iounit, _, e := n.openFid(c, who, flags)
 	if e != 0 {
 		return nil, e
 	}
-	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}, 0
+	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: who, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}, 0
 }
 
 // openFlags are the wire flags a file is opened with on the server.

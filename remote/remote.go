@@ -4,10 +4,14 @@
 //
 // Identity: every request runs as the caller its ctx carries
 // (layer.Caller; the process's own ids when there is none). The client
-// attaches once per uid, on that uid's first request, and a node's fids
-// are per uid, walked from that uid's attach by the node's path, so the
-// server checks permissions as the caller and never sees one uid act
-// through another's fid. New objects get the caller's gid, and a mode
+// attaches once per set of credentials (uid, gid and supplementary
+// groups: session.Cred; the server takes them from shale's credentials
+// protocol, others look the uid's groups up themselves), on its first
+// request, and a node's fids are per credentials, walked from their
+// attach by the node's path, so the server checks permissions as the
+// caller and never sees one caller act through another's fid. What the
+// cache grants is per uid (the kernel checks the groups above it, with
+// default_permissions). New objects get the caller's gid, and a mode
 // masked with the caller's umask unless the directory has a default ACL
 // (9P has no umask), as hostfs does locally.
 //
@@ -224,7 +228,7 @@ func newFS(ctx context.Context, st *stack.Stack, dial func(context.Context) (net
 		return nil, fmt.Errorf("9p server at %s %w", where, err)
 	}
 	id := identOf(ctx)
-	rfid, err := c.Root(id.uid)
+	rfid, err := c.Root(whoOf(ctx))
 	if err != nil {
 		// Closed, so that the loss of c dials no more.
 		fs.Close()
@@ -389,15 +393,46 @@ func (fs *FS) closeCache() error {
 	return fs.disk.Save(pos, fs.cc)
 }
 
-// ident is who a request runs as.
-type ident struct{ uid, gid, umask uint32 }
+// ident is who a request runs as: who, the number of its credentials
+// (session.Who), is set by node.use only, as it costs a read of /proc.
+type ident struct{ uid, gid, umask, who uint32 }
 
 func identOf(ctx context.Context) ident {
 	if c, ok := layer.CallerOf(ctx); ok {
-		return ident{c.Uid, c.Gid, c.Umask}
+		return ident{uid: c.Uid, gid: c.Gid, umask: c.Umask}
 	}
-	return ident{uint32(os.Geteuid()), uint32(os.Getegid()), 0}
+	return ident{uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
 }
+
+// whoOf numbers the credentials of ctx's caller (session.Who), which its
+// fids are attached with: its uid, gid and supplementary groups (Supp if
+// the frontend gave them, else its process's, from /proc: FUSE does not
+// send them), or the uid alone if they cannot be read (its process has
+// ended); without a caller, the process's own.
+func whoOf(ctx context.Context) uint32 {
+	c, ok := layer.CallerOf(ctx)
+	if !ok {
+		return ownWho()
+	}
+	gs, err := c.Groups()
+	if err != nil {
+		return session.Who(session.Cred{Uid: c.Uid, Plain: true})
+	}
+	return session.Who(session.Cred{Uid: c.Uid, Gid: c.Gid, Groups: gs})
+}
+
+// ownWho numbers the process's own credentials.
+var ownWho = sync.OnceValue(func() uint32 {
+	gs, err := os.Getgroups()
+	if err != nil {
+		return session.Who(session.Cred{Uid: uint32(os.Geteuid()), Plain: true})
+	}
+	groups := make([]uint32, len(gs))
+	for i, g := range gs {
+		groups[i] = uint32(g)
+	}
+	return session.Who(session.Cred{Uid: uint32(os.Geteuid()), Gid: uint32(os.Getegid()), Groups: groups})
+})
 
 // procEntry is a lock owner's Tlock proc_id and what keeps it: the locks
 // it holds (one per file with POSIX locks of it, one per handle with a

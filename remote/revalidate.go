@@ -59,7 +59,7 @@ func (m *node) chainLocked() ([]link, bool) {
 // name drops it), else as the server walks it. ESTALE if none does; 0
 // for a file with no name (this client removed it: it is opened by a
 // descriptor, not a name).
-func (n *node) stillNamed(c *session.Conn, uid uint32) layer.Errno {
+func (n *node) stillNamed(c *session.Conn, who uint32) layer.Errno {
 	if n.isRoot {
 		return 0
 	}
@@ -85,7 +85,7 @@ func (n *node) stillNamed(c *session.Conn, uid uint32) layer.Errno {
 	// renames drop the names they make): ask the server, and keep the
 	// name it confirms, so that the next open asks nothing.
 	since := n.fs.cc.Snap()
-	rfid, err := c.Root(uid)
+	rfid, err := c.Root(who)
 	if err != nil {
 		return 0 // the open stands; the connection's trouble shows next
 	}

@@ -22,12 +22,13 @@ var (
 	_ writeback.Writer = (*handle)(nil)
 )
 
-// OpenWriteBack opens a new fid of n for uid with journal.WriteBack.
+// OpenWriteBack opens a new fid of n for the credentials who (the
+// writeback package's uid) with journal.WriteBack.
 // refused is the server's ESTALE to the open itself (not to the walk: a
 // file removed): another client wrote the file since this one did.
-func (n *node) OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
-	walked := !n.isRoot && !n.hasFid(c, uid)
-	if fid, e = n.newFid(c, uid); e != 0 {
+func (n *node) OpenWriteBack(c *session.Conn, who uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
+	walked := !n.isRoot && !n.hasFid(c, who)
+	if fid, e = n.newFid(c, who); e != 0 {
 		return 0, 0, false, e
 	}
 	if walked {

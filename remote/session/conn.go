@@ -8,9 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os/user"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +35,8 @@ type Conn struct {
 	nextTag uint16
 	nextFid uint32
 	freeFid []uint32
-	roots   map[uint32]*root // the attach of each uid
+	roots   map[uint32]*root // the attach of each Cred, by number (Who)
+	noCreds atomic.Bool      // the server does not speak the credentials protocol
 	dead    chan struct{}    // closed when the connection failed
 	err     error
 	maxIdle int       // idle fids kept (see Fid)
@@ -48,7 +48,7 @@ type reply struct {
 	body []byte
 }
 
-// root is a uid's attach, made on its first request.
+// root is a Cred's attach, made on its first request.
 type root struct {
 	done chan struct{}
 	fid  uint32
@@ -297,45 +297,6 @@ func (c *Conn) PutFid(f uint32) {
 func (c *Conn) Clunk(fid uint32) error {
 	err := c.Do(&p9wire.FidReq{T: p9wire.Tclunk, Fid: fid})
 	if err == nil || errors.As(err, new(syscall.Errno)) {
-		c.PutFid(fid)
-	}
-	return err
-}
-
-// Root returns uid's attach fid, attaching on first use.
-func (c *Conn) Root(uid uint32) (uint32, error) {
-	c.mu.Lock()
-	r := c.roots[uid]
-	if r == nil {
-		r = &root{done: make(chan struct{})}
-		c.roots[uid] = r
-		c.mu.Unlock()
-		r.fid = c.NewFid()
-		r.err = c.AttachAs(r.fid, uid, c.aname)
-		if r.err != nil {
-			c.mu.Lock()
-			delete(c.roots, uid) // try again on the next request
-			c.mu.Unlock()
-		}
-		close(r.done)
-	} else {
-		c.mu.Unlock()
-		<-r.done
-	}
-	return r.fid, r.err
-}
-
-// AttachAs attaches fid to the tree aname as uid: n_uname carries it,
-// and uname its name when the local user database knows it, for servers
-// that look users up by name. On failure fid is free again.
-func (c *Conn) AttachAs(fid, uid uint32, aname string) error {
-	uname := ""
-	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
-		uname = u.Username
-	}
-	err := c.RPC(&p9wire.Attach{Fid: fid, Afid: p9wire.NoFid, Uname: uname, Aname: aname, NUname: uid},
-		&p9wire.QidReply{T: p9wire.Tattach})
-	if err != nil {
 		c.PutFid(fid)
 	}
 	return err

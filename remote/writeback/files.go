@@ -72,8 +72,9 @@ type File interface {
 	// Path is its names from the root; ESTALE if this client removed
 	// its last name or renamed another file over it.
 	Path() ([]string, layer.Errno)
-	// OpenWriteBack opens a new fid of it on c, as uid, to write back
-	// through (journal.WriteBack: the server counts no program's open);
+	// OpenWriteBack opens a new fid of it on c, as uid (credentials:
+	// session.Who), to write back through (journal.WriteBack: the server
+	// counts no program's open);
 	// refused is the server's ESTALE to the open itself (another client
 	// wrote the file since this one did), not to the walk.
 	OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno)
@@ -191,7 +192,7 @@ type sfile struct {
 	// fbox is f, for reads without mu (Reclaim: a write-back waiting
 	// for the connection holds mu).
 	fbox atomic.Pointer[fileBox]
-	uid  uint32        // who wrote last: the write-back acts as them
+	uid  uint32        // who wrote last (session.Who): the write-back acts as them
 	gen  atomic.Uint64 // write-backs done: a read that crossed one reads again (read without mu)
 	err  atomic.Uint32 // a write-back failed (an Errno): told at the next fsync or close, without mu
 	// wb is a fid opened for the write-back when the file became dirty,

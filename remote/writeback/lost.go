@@ -10,6 +10,7 @@ import (
 
 	"github.com/shalefs/shale/internal/statedir"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // Delayed writes that cannot be written back (another client wrote the
@@ -88,7 +89,7 @@ func (w *Files) conflictCopy(sf *sfile, name string) (string, error) {
 		err = cerr
 	}
 	if err == nil && os.Geteuid() == 0 {
-		err = os.Chown(p, int(sf.uid), -1)
+		err = os.Chown(p, int(session.UID(sf.uid)), -1)
 	}
 	if err != nil {
 		os.Remove(p)

@@ -124,8 +124,8 @@ var ninepDiffers = func() map[string]string {
 		"locks-posix", "getlk for read sees the write lock only", "getlk sees helper's lock", "other process step 5", "other process step 8")
 	add("F_GETLK over 9P reports pid 0 (and not -1 for an OFD lock, which FUSE does not tell apart either)",
 		"locks-ofd", "other process sees an OFD lock")
-	add("9P carries no supplementary groups: the server takes the user's groups from its own user database, where nobody is in no group",
-		"perm-basic", "nobody+users read 0640 root:users")
+	add("a write by a non-owner does not clear setuid and setgid over 9P: the kernel asks the client to (FATTR_KILL_SUIDGID), and 9P2000.L can only chmod, which a non-owner may not (EPERM); issue 26 item 2, not fixed yet",
+		"perm-groups-write-clears-setid", "member writes 6770 root:65532", "stat: setuid and setgid cleared")
 	return m
 }()
 
@@ -146,6 +146,9 @@ var diodDiffers = func() map[string]string {
 		"open-unlinked", "pread", "close", "create in removed dir", "fchmod", "fsetxattr", "fstat", "fstat after fchmod, ftruncate", "ftruncate",
 		"getdents on removed dir", "new file", "old content", "read after unlink", "removed dir nlink", "tree")
 	add("diod's fids are paths: a file renamed over still answers for the name", "rename-open-file", "old b nlink")
+	groups := "diod carries no gid nor supplementary groups: it takes the user's groups from its own user database (nobody is in no group there), so a caller's group that only the client gives it grants nothing, and a chmod or create that sets setgid in it loses the bit"
+	add(groups, "perm-basic", "nobody+users read 0640 root:users")
+	add(groups, "perm-groups", "member 5 stat: setgid kept", "member 20 stat: setgid kept", "tree")
 	add("diod removes an xattr on any zero-size Txattrcreate: empty values cannot be set",
 		"xattr", "get user.empty", "largest user.max value", "list", "list after", "list size query", "set user.empty")
 	return m

@@ -94,6 +94,9 @@ func (p *prober) said(what string) string {
 //
 //	read NETWORK ADDRESS UID NAME: attach as UID, read NAME; says
 //	  "attach ERRNO", "read ERRNO DATA".
+//	claim NETWORK ADDRESS GID GROUP NAME: claim GID and GROUP for itself
+//	  (credentials over 9P), attach with them, read NAME; says "claim
+//	  ERRNO", "read ERRNO DATA".
 //	dirty NETWORK ADDRESS PATH UUID: attach as itself, make a journal,
 //	  send a Dirty of QID PATH; says "dirty ERRNO", then tries to open
 //	  the journal UUID: "journal ERRNO"; then "ready", and keeps its
@@ -124,6 +127,15 @@ func TestIdentHelperProbe(t *testing.T) {
 		}
 		b := p.rpc("read", p9wire.Tread, uint32(11), uint64(0), uint32(4096))
 		fmt.Printf("read 0 %q\n", b[4:])
+	case "claim":
+		gid, _ := strconv.ParseUint(f[3], 10, 32)
+		group, _ := strconv.ParseUint(f[4], 10, 32)
+		e := p.claimAttach(10, 20, uint32(os.Geteuid()), uint32(gid), uint32(group))
+		fmt.Println("claim", int(e))
+		if e == 0 {
+			b, e := p.readAt(10, f[5])
+			fmt.Printf("read %d %q\n", int(e), b)
+		}
 	case "dirty":
 		path, _ := strconv.ParseUint(f[3], 10, 64)
 		p.openJournal(newUUID(t))
