@@ -117,7 +117,7 @@ func TestStepsOnEveryConnection(t *testing.T) {
 	var ran []string
 	for _, what := range []string{"journal", "reclaim"} {
 		s.Then(what, func(c *Conn) error {
-			if _, err := c.Root(0); err != nil { // the step may use the connection
+			if _, err := c.Root(Who(Cred{Uid: 0, Plain: true})); err != nil { // the step may use the connection
 				return err
 			}
 			mu.Lock()
@@ -275,11 +275,11 @@ func TestTypedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := c.Root(0)
+	root, err := c.Root(Who(Cred{Uid: 0, Plain: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := c.Root(0); again != root {
+	if again, _ := c.Root(Who(Cred{Uid: 0, Plain: true})); again != root {
 		t.Fatalf("a second Root attached again: fid %d, then %d", root, again)
 	}
 	if _, _, err := c.Walk(root, []string{"d", "missing"}); err != syscall.ENOENT {
