@@ -84,6 +84,10 @@ type Options struct {
 	// journal tree says so to clients, which then delay their writes.
 	// Off, opens answer version 0 and nothing is recalled.
 	Sprite bool
+	// Delegate lets Sprite's rules grant read delegations (sprite_deleg.go):
+	// a client that takes them opens a file for reading without a Tlopen
+	// until the server takes the delegation back.
+	Delegate bool
 	// RecallTimeout bounds how long an open waits for a connected
 	// client to write back a file's dirty data (0: 10 s); past it the
 	// open goes on without them, and says so in the log (sprite.go).

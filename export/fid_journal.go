@@ -244,14 +244,15 @@ func (jf *journalFid) readdir(ctx context.Context, m *p9wire.Read) (p9wire.Messa
 }
 
 // apply applies a write of records from the client: Dropped (it no
-// longer caches the QID), and Sprite's Dirty and Clean (sprite.go). A
+// longer caches the QID), Sprite's Dirty and Clean (sprite.go), Held
+// (sprite_held.go) and Returned (sprite_deleg.go). A
 // write that is not all well-framed records of those kinds changes
 // nothing and is EINVAL.
 func (jf *journalFid) apply(ctx context.Context, data []byte) syscall.Errno {
 	var recs []journal.Record
 	for b := data; len(b) > 0; {
 		r, rest, err := journal.Next(b)
-		if err != nil || r.Kind != journal.Dropped && r.Kind != journal.Dirty && r.Kind != journal.Clean && r.Kind != journal.Held {
+		if err != nil || r.Kind != journal.Dropped && r.Kind != journal.Dirty && r.Kind != journal.Clean && r.Kind != journal.Held && r.Kind != journal.Returned {
 			return syscall.EINVAL
 		}
 		recs = append(recs, r)
@@ -265,6 +266,8 @@ func (jf *journalFid) apply(ctx context.Context, data []byte) syscall.Errno {
 			j.drop(jf.c.s.roots, r.Qid.Path)
 		case r.Kind == journal.Held:
 			sp.heldFrom(ctx, j, &r)
+		case r.Kind == journal.Returned:
+			sp.returned(j, r.Qid.Path, r.Seq)
 		case r.Kind == journal.Dirty:
 			j.mu.Lock()
 			j.sprite = true // only a client that follows the rules reclaims
@@ -276,6 +279,7 @@ func (jf *journalFid) apply(ctx context.Context, data []byte) syscall.Errno {
 			j.mu.Lock()
 			j.sprite = true // the hello
 			j.follows = r.Qid.Vers&journal.Follows != 0
+			j.delegates = r.Qid.Vers&journal.Delegates != 0
 			j.mu.Unlock()
 			switch r.Seq {
 			case 0:

@@ -68,6 +68,7 @@ func (p *place) unlinkat(ctx context.Context, m *p9wire.Unlinkat) (p9wire.Messag
 	if m.Flags&unix.AT_REMOVEDIR != 0 {
 		return nil, n.Rmdir(ctx, m.Name)
 	}
+	p.c.s.sp.reclaimNamed(ctx, p.r, n, m.Name, p.c)
 	return nil, n.Unlink(ctx, m.Name)
 }
 
@@ -136,6 +137,8 @@ func (p *place) rename(ctx context.Context, o *fid, name string) syscall.Errno {
 	if e := p.still(ctx, dir); e != 0 {
 		return e
 	}
+	p.c.s.sp.reclaimNamed(ctx, p.r, dir, p.name, p.c)
+	p.c.s.sp.reclaimNamed(ctx, p.r, nd, name, p.c)
 	if e := dir.Rename(ctx, p.name, nd, name, 0); e != 0 {
 		return e
 	}
@@ -182,5 +185,6 @@ func (p *place) remove(ctx context.Context) syscall.Errno {
 	if p.mode == syscall.S_IFDIR {
 		return dir.Rmdir(ctx, p.name)
 	}
+	p.c.s.sp.reclaimNamed(ctx, p.r, dir, p.name, p.c)
 	return dir.Unlink(ctx, p.name)
 }

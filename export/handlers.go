@@ -327,7 +327,11 @@ func (c *conn) renameat(ctx context.Context, d *p9wire.Dec) (p9wire.Message, sys
 		if e != 0 {
 			return e
 		}
-		return n.Rename(f.opCtx(ctx), m.OldName, nd, m.NewName, 0)
+		ctx := f.opCtx(ctx)
+		r := f.fileAt().r
+		c.s.sp.reclaimNamed(ctx, r, n, m.OldName, c)
+		c.s.sp.reclaimNamed(ctx, r, nd, m.NewName, c)
+		return n.Rename(ctx, m.OldName, nd, m.NewName, 0)
 	})
 }
 

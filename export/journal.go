@@ -89,6 +89,7 @@ type jrnl struct {
 	deleted    bool
 	sprite     bool // the client follows Sprite's rules (its hello)
 	follows    bool // and takes Follow (journal.Follows in its hello)
+	delegates  bool // and takes Delegate (journal.Delegates in its hello)
 }
 
 // find returns the journal of name, after deleting those gone too long.

@@ -51,6 +51,8 @@ type sprite struct {
 	evictFor time.Duration // how long a client that failed a recall caches none of the file (evict.go)
 
 	opens, writeOpens, recalls, shared, timeouts, graceWaits, writeBacks, refused, forged, evictions atomic.Uint64
+	delegated, returns                                                                               atomic.Uint64
+	outstanding                                                                                      atomic.Int64 // delegations held now
 }
 
 // fstate is one file's state.
@@ -78,6 +80,10 @@ type fstate struct {
 	// for; held, what they answered (sprite_held.go).
 	following map[*jrnl]uint32
 	held      map[*jrnl]heldAttr
+	// delegs are the clients holding a read delegation of the file;
+	// returning, those sent a Return not answered yet (sprite_deleg.go).
+	delegs    map[*jrnl]bool
+	returning map[*jrnl]ask
 }
 
 // ask is a Recall or Uncache sent: a Clean with a seq at or after the
@@ -142,7 +148,8 @@ func (sp *sprite) stateLocked(k interestKey) *fstate {
 			sp.trimLocked()
 		}
 		st = &fstate{version: randomVersion(), opens: map[*conn]*opens{}, dirty: map[*jrnl]uint32{},
-			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, evicted: map[*jrnl]time.Time{}, wake: make(chan struct{})}
+			asked: map[*jrnl]ask{}, told: map[*jrnl]bool{}, evicted: map[*jrnl]time.Time{}, wake: make(chan struct{}),
+			delegs: map[*jrnl]bool{}, returning: map[*jrnl]ask{}}
 		sp.files[k] = st
 	}
 	return st
@@ -156,7 +163,7 @@ func (sp *sprite) trimLocked() {
 		if n == 0 {
 			return
 		}
-		if len(st.opens) == 0 && len(st.dirty) == 0 && len(st.asked) == 0 && !st.evictingLocked(time.Now()) {
+		if len(st.opens) == 0 && len(st.dirty) == 0 && len(st.asked) == 0 && len(st.delegs) == 0 && !st.evictingLocked(time.Now()) {
 			delete(sp.files, k)
 			n--
 		}
@@ -227,7 +234,10 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					}
 				}
 			}
-			var deadline time.Time
+			if write {
+				sp.returnLocked(st, k, me)
+			}
+			deadline := sp.returnDeadlineLocked(st, k, me)
 			for h, a := range st.asked {
 				if h == me {
 					continue
@@ -275,6 +285,9 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 				st.isShared = shares
 				if !shares {
 					clear(st.told) // the episode is over
+				}
+				if !write && !create {
+					sp.grantLocked(st, k, me, shares, evicted)
 				}
 				v := st.version
 				if shares || evicted {
@@ -445,11 +458,12 @@ func (sp *sprite) cleanAll(h *jrnl, seq uint64) {
 	}
 }
 
-// goodbye forgets h's dirty marks and asks: its client ended, with
-// everything written back.
+// goodbye forgets h's dirty marks, asks and delegations: its client
+// ended, with everything written back.
 func (sp *sprite) goodbye(h *jrnl) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	sp.forgetDelegationsLocked(h)
 	for k, st := range sp.files {
 		_, d := st.dirty[h]
 		_, a := st.asked[h]
@@ -549,15 +563,25 @@ func (h jholder) Opening(ctx context.Context, tok layer.Token, write bool) {
 func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 	sp.mu.Lock()
 	st := sp.files[k]
-	if st == nil || !st.isShared {
+	if st == nil || !st.isShared && len(st.delegs) == 0 {
 		sp.mu.Unlock()
 		return
 	}
 	var js []*jrnl
-	for oc := range st.opens {
-		if j := oc.journal.Load(); oc != c && j != nil && j != c.journal.Load() {
-			js = append(js, j)
+	if st.isShared {
+		for oc := range st.opens {
+			if j := oc.journal.Load(); oc != c && j != nil && j != c.journal.Load() {
+				js = append(js, j)
+			}
 		}
+	}
+	// A delegation goes with the change's record, which its client
+	// applies before the change returns.
+	for h := range st.delegs {
+		if h != c.journal.Load() {
+			js = append(js, h)
+		}
+		sp.undelegateLocked(st, h)
 	}
 	sp.mu.Unlock()
 	deadline := time.NewTimer(sp.recallTimeout)

@@ -102,6 +102,9 @@ func (s *Server) stats() []byte {
 	line("sprite.writebacks", sp.writeBacks.Load())
 	line("sprite.writebacks.refused", sp.refused.Load())
 	line("sprite.evictions", sp.evictions.Load())
+	line("sprite.delegations.granted", sp.delegated.Load())
+	line("sprite.delegations.returns", sp.returns.Load())
+	line("sprite.delegations.held", uint64(max(sp.outstanding.Load(), 0)))
 	line("sprite.reclaims.unheld", sp.forged.Load())
 	return []byte(b.String())
 }

@@ -51,9 +51,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	id := identOf(ctx)
 	h := &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: flags &^ unix.O_TRUNC}
 	cc := n.fs.cc
-	if !n.fs.wb.Sprite() && flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) {
-		// Opened on the server when a read misses, if one does (Sprite's
-		// rules want the server to see every open).
+	if flags&(unix.O_ACCMODE|unix.O_TRUNC|unix.O_APPEND) == unix.O_RDONLY && cc.MayRead(n.tok.Ino, n.tok.Gen, id.uid) &&
+		(!n.fs.wb.Sprite() || n.fs.wb.OpenDelegated(n.tok, h)) {
+		// Opened on the server when a read misses, if one does: Sprite's
+		// rules want the server to see every open, unless it delegated
+		// them (writeback/deleg.go).
 		return h, 0
 	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()

@@ -61,6 +61,13 @@ func (h *handle) FidOn(c *session.Conn) (fid, iounit uint32, ok bool) {
 	return h.fid, h.iounit, h.c == c && !h.released && h.flags&unix.O_APPEND == 0 && h.flags&unix.O_ACCMODE != unix.O_RDONLY
 }
 
+// Hold opens the handle on the server if it is not open there: one a
+// delegation opened without a request (writeback.Return).
+func (h *handle) Hold(ctx context.Context) layer.Errno {
+	_, _, _, e := h.use(ctx)
+	return e
+}
+
 // size is the file's size on the server, from the cache if it has it.
 func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
 	if a, gen, ok := h.fs.cc.Attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {

@@ -63,6 +63,11 @@ type SpriteStats struct {
 	Cleans          uint64 `json:"cleans"`        // Cleans sent unasked: nothing dirty, no recall needed
 	Helds           uint64 `json:"helds"`         // attributes of delayed data told the server for another client
 	ReclaimsRefused uint64 `json:"reclaims_refused"`
+	// Read delegations: granted, opens they answered without a
+	// request, and those given back when the server asked.
+	Delegations    uint64 `json:"delegations"`
+	OpensDelegated uint64 `json:"opens_delegated"`
+	Returns        uint64 `json:"delegations_returned"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
 	Size []writeback.SizeSample `json:"size"`
@@ -139,6 +144,7 @@ func (fs *FS) spriteStats() *SpriteStats {
 		DirtyFiles: fs.wb.DirtyFiles(), WriteBacks: map[string]uint64{},
 		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
 		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
+		Delegations: w.Delegations.Load(), OpensDelegated: w.OpensDelegated.Load(), Returns: w.Returns.Load(),
 		Size: fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {
 		s.WriteDelay = fs.wb.Delay.String()

@@ -50,6 +50,7 @@ type serveFlags struct {
 	// Sprite's rules (export.Options).
 	recallTimeout time.Duration
 	sprite        bool
+	delegate      bool
 	lease         time.Duration
 	grace         time.Duration
 	metricsAddr   string // --metrics
@@ -162,6 +163,7 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.DurationVar(&f.journalAge, "journal-age", time.Hour, "how long a journal outlives its client's connection; a client back later drops everything")
 	fl.IntVar(&f.journalInterest, "journal-interest", 1000000, "most files one client's journal follows; past it the client is told to drop everything")
 	fl.BoolVar(&f.sprite, "sprite", true, "follow Sprite's consistency rules (docs/network.md): caching clients delay their writes, and the server recalls them, or turns caching off while a file is write-shared; with --sprite=false clients write through, kept coherent by the journal alone")
+	fl.BoolVar(&f.delegate, "delegate", false, "with --sprite, grant caching clients read delegations: their opens for reading of a file no one writes need no request until the server takes it back (docs/network.md)")
 	fl.DurationVar(&f.recallTimeout, "recall-timeout", 10*time.Second, "how long an open waits for a connected client to write back its delayed writes of the file; past it the open goes on without them")
 	fl.DurationVar(&f.lease, "lease", 20*time.Second, "how long a client that lost its connection keeps its claim to its delayed writes: opens of its files wait that long for it to come back")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after a server here ended uncleanly (a crash, kill -9): how long opens wait for clients to reclaim their delayed writes; 0 for not at all")
@@ -368,6 +370,7 @@ func runServe(f *serveFlags, args []string) error {
 		JournalInterest: f.journalInterest,
 
 		Sprite:        f.sprite,
+		Delegate:      f.delegate,
 		RecallTimeout: f.recallTimeout,
 		Lease:         f.lease,
 		Grace:         grace,

@@ -168,6 +168,14 @@ func (s *Session) redial() {
 	}
 }
 
+// Live tells whether the session has a connection that has not failed.
+func (s *Session) Live() bool {
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	return c != nil && c.Alive()
+}
+
 // Closed tells whether Close ended the session.
 func (s *Session) Closed() bool {
 	s.mu.Lock()

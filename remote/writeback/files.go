@@ -32,6 +32,7 @@
 package writeback
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"sync"
@@ -92,6 +93,9 @@ type File interface {
 // through its fid, if it is on the current connection.
 type Writer interface {
 	FidOn(c *session.Conn) (fid, iounit uint32, ok bool)
+	// Hold opens it on the server, if it is not open there (a handle
+	// a delegation opened without a request).
+	Hold(ctx context.Context) layer.Errno
 }
 
 // Config is what the write-behind is built with.
@@ -185,6 +189,7 @@ type sfile struct {
 	uncaches uint64          // Uncache records applied: one that crossed an open's answer wins
 	handles  map[Writer]bool // this client's open handles; true: it may write
 	uncached atomic.Bool     // write-shared: no caching of its data (read without a lock)
+	deleg    bool            // this client holds a read delegation of it (deleg.go)
 
 	mu sync.Mutex // the dirty data; held across a write-back: writes and reads of dirty data wait
 	d  *dirty
@@ -271,7 +276,7 @@ func (w *Files) Has(tok layer.Token) bool { return w.sfileOf(tok, false) != nil 
 func (w *Files) forgetIdle(sf *sfile) {
 	sf.vmu.Lock()
 	defer sf.vmu.Unlock()
-	if sf.d != nil || len(sf.handles) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || w.Cache.GenOf(sf.tok.Ino) != 0 {
+	if sf.d != nil || len(sf.handles) > 0 || sf.err.Load() != 0 || sf.uncached.Load() || sf.deleg || w.Cache.GenOf(sf.tok.Ino) != 0 {
 		return
 	}
 	// Under both locks: whoever took sf from the map before this looks

@@ -291,7 +291,7 @@ func (w *Files) Reclaim(c *session.Conn, fid uint32) error {
 			w.Ctr.ReclaimsRefused.Add(1)
 		}
 	}
-	b := journal.Append(nil, &journal.Record{Kind: journal.Clean, Qid: p9wire.Qid{Vers: journal.Follows}})
+	b := journal.Append(nil, &journal.Record{Kind: journal.Clean, Qid: p9wire.Qid{Vers: journal.Follows | journal.Delegates}})
 	_, err := c.WriteAt(fid, 0, b, 0)
 	return err
 }

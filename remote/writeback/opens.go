@@ -93,6 +93,9 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	} else if sf.uncaches == since {
 		sf.uncached.Store(false)
 	}
+	if write {
+		sf.deleg = false // the server took it back as it answered
+	}
 	if h != nil {
 		if sf.handles == nil {
 			sf.handles = map[Writer]bool{}

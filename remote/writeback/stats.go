@@ -18,6 +18,9 @@ type Counters struct {
 	Cleans            atomic.Uint64 // Cleans sent of the client's own
 	ReclaimsRefused   atomic.Uint64
 	Helds             atomic.Uint64 // attributes of delayed data told the server (follow.go)
+	Delegations       atomic.Uint64 // read delegations granted (deleg.go)
+	OpensDelegated    atomic.Uint64 // opens a delegation answered, without a request
+	Returns           atomic.Uint64 // delegations given back when the server asked
 }
 
 // DirtyBytes is how much delayed data the client holds.
