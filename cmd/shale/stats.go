@@ -30,7 +30,13 @@ func init() {
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
 		Short: "print the counters of a mount, or of a server",
 		Long: `Stats prints what shale status says of MOUNTPOINT (its process, stack and
-LOWER), and with a 9p:// LOWER the counters of the 9P client serving it:
+LOWER); the FUSE requests its kernel sent, by type, with how many failed and
+the mean time to answer them; the lookups that found nothing, and those of
+them the kernel keeps as missing (negative entries) and a change dropped; the
+coherence callbacks: changes the stack made or noticed (those beside the
+stack are other programs' in LOWER, or other clients' of a 9P server), and
+what they dropped from this kernel's caches. With a 9p:// LOWER, the
+counters of the 9P client serving it follow:
 requests by 9P type, cache hits and misses by kind (stat, directory, data,
 readlink, xattr), journal records applied, bytes sent and received. The
 mount process answers on a unix socket in /run/shale/ (as root;
@@ -115,12 +121,14 @@ sprite.* (docs/network.md).
 				return json.NewEncoder(os.Stdout).Encode(r)
 			}
 			printView(os.Stdout, r.Mount)
-			if r.Stats == nil {
-				fmt.Println("\nno 9P client: counters are kept for mounts of a 9p:// tree")
-				return nil
+			if r.Fuse != nil {
+				fmt.Println()
+				printFuse(os.Stdout, r.Fuse, r.Coherence)
 			}
-			fmt.Println()
-			printStats(os.Stdout, *r.Stats)
+			if r.Stats != nil {
+				fmt.Println()
+				printStats(os.Stdout, *r.Stats)
+			}
 			return nil
 		},
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/shalefs/shale/coherence"
+	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
 	"github.com/shalefs/shale/stack"
@@ -38,12 +40,15 @@ type viewStatus struct {
 	Mountpoint string    `json:"mountpoint"`
 }
 
-// mountReply is the answer on a mountpoint's socket: the view and, with a
-// 9p:// lower, its client's counters, inline, as shale stats --json has
-// always given them.
+// mountReply is the answer on a mountpoint's socket: the view, its FUSE
+// requests and the stack's coherence callbacks, and, with a 9p:// lower,
+// its client's counters, inline, as shale stats --json has always given
+// them.
 type mountReply struct {
 	*remote.Stats
-	Mount viewStatus `json:"mount"`
+	Mount     viewStatus       `json:"mount"`
+	Fuse      *fuseview.Stats  `json:"fuse,omitempty"`
+	Coherence *coherence.Stats `json:"coherence,omitempty"`
 }
 
 // serverStatus is what shale serve tells of itself.
@@ -70,8 +75,13 @@ func serveViews(p *plan, logger *slog.Logger) (stop func()) {
 	for _, v := range p.spec.Views {
 		names := layerNames(p.spec)[:v.Layer]
 		vs := viewStatus{Pid: os.Getpid(), Started: started, Lower: showLower(p.spec.Lower), Layers: names, Mountpoint: v.Mountpoint}
+		ctr := p.counters[v.Mountpoint]
 		l := answer(statsSocket(v.Mountpoint), logger, func() any {
 			r := mountReply{Mount: vs}
+			if ctr != nil {
+				f, c := ctr.Stats(), p.manager.Stats()
+				r.Fuse, r.Coherence = &f, &c
+			}
 			if s, ok := remote.StatsOf(p.bottom); ok {
 				r.Stats = &s
 			}
