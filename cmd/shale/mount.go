@@ -400,6 +400,11 @@ func serve(f *mountFlags, p *plan) error {
 	if err != nil {
 		return report(ready, err)
 	}
+	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
+		// The 9P session's state, for shale status (session.go).
+		p.session = newSessionWatch()
+		logger = p.session.wrap(logger)
+	}
 	raiseFileLimit()
 	// Caught before any view is mounted, so that a stop signal, however
 	// early (systemd may send one right after READY=1), unmounts them.

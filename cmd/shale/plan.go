@@ -52,6 +52,8 @@ type plan struct {
 	// view share its), and the stack's coherence manager: shale stats.
 	counters map[string]*fuseview.Counters
 	manager  *coherence.Manager
+	// session follows a 9p:// LOWER's connection, for shale status.
+	session *sessionWatch
 }
 
 // planMount reads the command line into a plan and checks it.
