@@ -539,7 +539,7 @@ func TestSpriteMount(t *testing.T) {
 	}
 
 	code, out = run(t, "stats", "--server", "unix:"+sock)
-	if code != 0 || !strings.Contains(out, "sprite.opens ") || !strings.Contains(out, "requests.Tlcreate ") {
+	if code != 0 || !strings.Contains(out, "\nopens        1\n") || !strings.Contains(out, "\n  Tlcreate ") {
 		t.Errorf("shale stats --server: exit %d:\n%s", code, out)
 	}
 	m = get(t, "http://"+serverMetrics+"/metrics")

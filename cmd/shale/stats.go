@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
@@ -57,13 +56,13 @@ unix:/path; --keyfile for a server that wants a key), it prints the
 statistics of the server's journal controller (shale serve): connections,
 bytes in and out, journals and their records, requests by 9P type, and
 Sprite's part (files followed, opens, those that recalled or were shared,
-those that waited after a restart, recall timeouts, write-backs). On a
-terminal they are tables; otherwise, or with --format raw, the statistics
-file as the server gives it, "name value" a line, for scripts:
-requests.TYPE, bytes.in and .out, connections, journals, records.*,
-sprite.* (docs/network.md).
+those that waited after a restart, recall timeouts, write-backs), as
+tables. For scripts, --format raw prints the statistics file as the server
+gives it, "name value" a line: requests.TYPE, bytes.in and .out,
+connections, journals, records.*, sprite.* (docs/network.md).
 
---json prints a mount's counters as one JSON object.`,
+--json prints the counters as one JSON object: a mount's, or a server's
+statistics file as {"name": value, ...}.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if server != "" {
 				if len(args) != 0 {
@@ -74,10 +73,11 @@ sprite.* (docs/network.md).
 			if keyFile != "" {
 				return errors.New("--keyfile goes with --server; a 9p:// URL takes ?keyfile=FILE")
 			}
-			switch format {
-			case "auto", "table", "raw":
-			default:
-				return fmt.Errorf("--format %s: say auto, table or raw", format)
+			switch {
+			case format != "table" && format != "raw":
+				return fmt.Errorf("--format %s: say table or raw", format)
+			case format == "raw" && asJSON:
+				return errors.New("--format raw and --json: say one")
 			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
@@ -102,7 +102,10 @@ sprite.* (docs/network.md).
 					return err
 				}
 				switch {
-				case format == "raw", format == "auto" && !term.IsTerminal(int(os.Stdout.Fd())):
+				case asJSON:
+					v, _ := parseServerStats(b)
+					return json.NewEncoder(os.Stdout).Encode(v)
+				case format == "raw":
 					os.Stdout.Write(b)
 				default:
 					printServerStats(os.Stdout, b)
@@ -133,8 +136,8 @@ sprite.* (docs/network.md).
 		},
 	}
 	cmd.ValidArgsFunction = completeStats
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
-	cmd.Flags().StringVar(&format, "format", "auto", "a server's statistics as tables (table), or as its file gives them, name value a line (raw); auto: tables on a terminal")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counters as JSON, a mount's or a server's")
+	cmd.Flags().StringVar(&format, "format", "table", "a server's statistics as tables (table), or as its file gives them, name value a line (raw)")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
 	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
 	rootCmd.AddCommand(cmd)

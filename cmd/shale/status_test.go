@@ -78,15 +78,19 @@ func TestStatus(t *testing.T) {
 	if code, out := run(t, "__complete", "umount", ""); code != 0 || !strings.Contains(out, mnt2+"\t9p://"+addr+"/\n") {
 		t.Errorf("umount completes %q, want %s", out, mnt2)
 	}
-	// The server's statistics as tables like the client's, or raw.
-	code, out = run(t, "stats", "--format", "table", "--server", addr)
+	// The server's statistics as tables like the client's, on a terminal
+	// or not (here, a pipe); as JSON or raw for scripts.
+	code, out = run(t, "stats", "--server", addr)
 	for _, want := range []string{"\nbytes        ", "\nrequests   ", "\n  Tattach ", "\nSprite (", "\n  for writing ", "\nwrite-backs  "} {
 		if code != 0 || !strings.Contains(out, want) {
-			t.Errorf("shale stats --format table --server: exit %d, no %q:\n%s", code, want, out)
+			t.Errorf("shale stats --server: exit %d, no %q:\n%s", code, want, out)
 		}
 	}
-	if code, out := run(t, "stats", "--server", addr); code != 0 || !strings.Contains(out, "\nsprite.opens.write 1\n") {
-		t.Errorf("shale stats --server, not on a terminal: exit %d:\n%s", code, out)
+	if code, out := run(t, "stats", "--json", "--server", addr); code != 0 || !strings.Contains(out, `"sprite.opens.write":1,`) {
+		t.Errorf("shale stats --json --server: exit %d:\n%s", code, out)
+	}
+	if code, out := run(t, "stats", "--format", "raw", "--server", addr); code != 0 || !strings.Contains(out, "\nsprite.opens.write 1\n") {
+		t.Errorf("shale stats --format raw --server: exit %d:\n%s", code, out)
 	}
 	// The mount's own session: lost with its server, and why; found
 	// again when a server answers at the address.
