@@ -115,6 +115,7 @@ type Server struct {
 	requests atomic.Uint64
 	nextConn atomic.Uint64
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
+	squash   squashLog     // requests of squashed roots refused (squash.go)
 	reaped   atomic.Uint64 // idle sessions closed to admit others
 	refused  atomic.Uint64 // connections refused a session
 	fences   atomic.Uint64 // connections ended because their client opened its journal on another (fence.go)
@@ -373,7 +374,7 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 // caller is who a connection's attach named, as the layers see them.
 func (s *Server) caller(uid uint32) layer.Caller {
 	if uid == 0 && !s.opts.NoRootSquash {
-		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true}
+		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true, Squashed: true}
 	}
 	g := s.groupsOf(uid)
 	if !s.opts.NoRootSquash {

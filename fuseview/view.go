@@ -56,6 +56,10 @@ type Options struct {
 	// Counters, if set, count the view's requests and invalidations
 	// (stats.go); views may share them. Nil: the view counts for itself.
 	Counters *Counters
+	// Denied, if set, is told of each request answered EACCES or EPERM,
+	// with its opcode and the caller's uid, in the request's goroutine:
+	// to explain what the kernel cannot (a server's root squash).
+	Denied func(op string, uid uint32)
 }
 
 // view is one mount.
@@ -147,7 +151,7 @@ func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fus
 	noOpendir := o.KeepCache && o.AllowOther && ok && ds.SeeksAnywhere()
 	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), makers: &v.makers, noOpendir: noOpendir}
 	v.hold(rootInode)
-	server, err := fuse.NewServer(&counting{v.raw, v.ctr}, dir, &fo.MountOptions)
+	server, err := fuse.NewServer(&counting{v.raw, v.ctr, o.Denied}, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()
 		// NewServer returns once mounted; WaitMount adds only the poll

@@ -154,6 +154,7 @@ var serverHelp = map[string]string{
 	"connections.pending":       "Connections before their first 9P message now.",
 	"connections.reaped":        "Idle sessions closed to admit another.",
 	"connections.refused":       "Connections refused a session (all busy).",
+	"squash.refused":            "Requests of a client's root, acting as nobody (root squash), refused with EACCES or EPERM.",
 	"journals.bytes":            "Estimated memory of all journals.",
 	"journals.bytes.abandoned":  "Estimated memory of the journals without a connection.",
 	"sprite.evictions":          "Clients that lost their caching of a file by failing a recall.",

@@ -336,6 +336,9 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 	if !f.timeoutSet {
 		opts.Timeout = time.Hour
 	}
+	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
+		opts.Denied = (&rootDenials{log: logger, lower: p.spec.Lower}).denied
+	}
 	if p.spec.CoherenceOff {
 		return st, nodes, opts, nil
 	}

@@ -25,6 +25,9 @@ func printServerStats(w io.Writer, b []byte) {
 	fmt.Fprintf(w, "connections  %d now (%d sessions), %d pending, %d reaped, %d refused\n",
 		get("connections"), get("connections.sessions"), get("connections.pending"), get("connections.reaped"), get("connections.refused"))
 	fmt.Fprintf(w, "bytes        %d in, %d out\n", get("bytes.in"), get("bytes.out"))
+	if n := get("squash.refused"); n > 0 {
+		fmt.Fprintf(w, "root squash  %d requests of clients' root refused (it acts as nobody: shale serve --no-root-squash)\n", n)
+	}
 	fmt.Fprintf(w, "journals     %d (%d connected), following %d files, %d bytes held (%d abandoned)\n",
 		get("journals"), get("journals.connected"), get("interest"), get("journals.bytes"), get("journals.bytes.abandoned"))
 	fmt.Fprintf(w, "records      %d made, %d queued, %d sent; %d resets; epoch %d\n",
