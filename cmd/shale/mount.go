@@ -185,6 +185,7 @@ requests, cache hits and misses and delayed writes (shale_client_*).`,
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
 	rootCmd.AddCommand(cmd)
+	shortMountHelp(cmd)
 }
 
 // defaults sets the flags whose defaults depend on the case, as their
