@@ -38,6 +38,7 @@ type Manager struct {
 	holders map[uint32]holder
 	next    uint32
 	off     bool
+	ctr     counters // stats.go
 }
 
 // holder is a registered Holder and the node it holds the stack at.
@@ -94,6 +95,7 @@ func (m *Manager) Open(ctx context.Context, v uint32, tok layer.Token, write boo
 }
 
 func (m *Manager) dispatch(ev layer.Event) {
+	m.ctr.count(ev)
 	if m.off {
 		return
 	}
@@ -116,5 +118,6 @@ func (m *Manager) dispatch(ev layer.Event) {
 		for _, e := range evs {
 			h.h.Invalidate(e)
 		}
+		m.ctr.callbacks.Add(uint64(len(evs)))
 	}
 }

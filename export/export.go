@@ -120,6 +120,7 @@ type Server struct {
 	requests atomic.Uint64
 	nextConn atomic.Uint64
 	panics   atomic.Uint64 // requests whose handler panicked (serveOne)
+	squashed squashLog     // requests of squashed roots refused (squash.go)
 	reaped   atomic.Uint64 // idle sessions closed to admit others
 	refused  atomic.Uint64 // connections refused a session
 	fences   atomic.Uint64 // connections ended because their client opened its journal on another (fence.go)
@@ -387,7 +388,7 @@ func (s *Server) caller(uid uint32) layer.Caller {
 // supp is not changed (the user database's are shared).
 func (s *Server) squash(uid, gid uint32, supp []uint32) layer.Caller {
 	if uid == 0 && !s.opts.NoRootSquash {
-		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true}
+		return layer.Caller{Uid: nobody, Gid: nobody, Supp: []uint32{}, Check: true, Squashed: true}
 	}
 	if supp == nil {
 		supp = []uint32{} // known: none

@@ -248,8 +248,12 @@ func (c *conn) serveOne(ctx context.Context, typ uint8, tag uint16, d *p9wire.De
 	if h == nil {
 		return rerror(tag, syscall.EOPNOTSUPP)
 	}
+	body := d.B
 	m, e := h(c, ctx, d)
 	if e != 0 {
+		if e == syscall.EACCES || e == syscall.EPERM {
+			c.refusedSquashed(typ, body, e)
+		}
 		return rerror(tag, e)
 	}
 	if m == nil {

@@ -64,6 +64,7 @@ func (s *Server) stats() []byte {
 	line("connections.reaped", s.reaped.Load())
 	line("connections.refused", s.refused.Load())
 	line("connections.fenced", s.fences.Load())
+	line("squash.refused", s.squashed.refused.Load())
 
 	ctl := s.ctl
 	ctl.mu.Lock()

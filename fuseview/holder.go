@@ -26,6 +26,7 @@ import (
 // journal, an open's version check) hold no lock a READ may need; a
 // change made by another view's request may, so that one does not wait.
 func (v *view) Invalidate(ev layer.Event) {
+	v.ctr.callbacks.Add(1)
 	if ev.Kind == layer.Everything {
 		go v.invalidateAll()
 		return
@@ -63,12 +64,15 @@ func (v *view) invalidate(in *inode, ev layer.Event) {
 			off, n = 0, 0
 		}
 		in.notifyContent(off, n)
+		v.ctr.invalidated(invalPages)
 	case layer.Attrs:
 		in.notifyContent(-1, 0) // attributes only
+		v.ctr.invalidated(invalAttrs)
 	case layer.Entries:
 		// The directory's size, times and links, and its listing.
 		in.listed.Store(false)
 		in.notifyContent(0, 0)
+		v.ctr.invalidated(invalPages)
 		v.invalidateName(in, ev.Name)
 	}
 }
@@ -95,6 +99,7 @@ func (in *inode) notifyContent(off, n int64) {
 // invalidateAll drops every attribute, page and entry the kernel holds of
 // this view, when changes were lost.
 func (v *view) invalidateAll() {
+	v.ctr.invalidated(invalAll)
 	for _, in := range v.cached.All() {
 		if in.Forgotten() {
 			continue
@@ -114,8 +119,13 @@ func (v *view) invalidateName(dir *inode, lower string) {
 	}
 	if ok {
 		// Only names the kernel holds, positive or negative.
-		if dir.neg.changed(name) || dir.GetChild(name) != nil {
+		neg := dir.neg.changed(name)
+		if neg {
+			v.ctr.negDropped.Add(1)
+		}
+		if neg || dir.GetChild(name) != nil {
 			dir.NotifyEntry(name)
+			v.ctr.invalidated(invalEntry)
 		}
 		return
 	}
@@ -125,11 +135,15 @@ func (v *view) invalidateName(dir *inode, lower string) {
 // notifyEntries drops every entry the kernel holds in dir, positive or
 // negative.
 func (dir *inode) notifyEntries() {
+	ctr := dir.v.ctr
 	for name := range dir.Children() {
 		dir.NotifyEntry(name)
+		ctr.invalidated(invalEntry)
 	}
 	for _, name := range dir.neg.all() {
 		dir.NotifyEntry(name)
+		ctr.invalidated(invalEntry)
+		ctr.negDropped.Add(1)
 	}
 }
 

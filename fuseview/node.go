@@ -106,11 +106,17 @@ func (i *inode) child(ctx context.Context, c layer.Node, a *layer.Attr, out *fus
 // Lookup keeps the names found missing, when coherent (negative.go).
 func (i *inode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if i.v.mgr == nil {
-		return i.lookup(ctx, name, out)
+		ch, e := i.lookup(ctx, name, out)
+		i.v.ctr.looked(e)
+		return ch, e
 	}
 	i.neg.looking(name)
 	ch, e := i.lookup(ctx, name, out)
-	if !i.neg.found(name, e == syscall.ENOENT) && e == syscall.ENOENT {
+	i.v.ctr.looked(e)
+	switch kept := i.neg.found(name, e == syscall.ENOENT); {
+	case kept:
+		i.v.ctr.negKept.Add(1)
+	case e == syscall.ENOENT:
 		// Not kept: go-fuse leaves ENOENT with a timeout set as it is.
 		out.SetEntryTimeout(time.Nanosecond)
 	}

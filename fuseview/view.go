@@ -53,6 +53,13 @@ type Options struct {
 	NoPollHack bool
 	// KeepCache keeps the page cache across opens (safe when Coherent).
 	KeepCache bool
+	// Counters, if set, count the view's requests and invalidations
+	// (stats.go); views may share them. Nil: the view counts for itself.
+	Counters *Counters
+	// Denied, if set, is told of each request answered EACCES or EPERM,
+	// with its opcode and the caller's uid, in the request's goroutine:
+	// to explain what the kernel cannot (a server's root squash).
+	Denied func(op string, uid uint32)
 }
 
 // view is one mount.
@@ -68,6 +75,7 @@ type view struct {
 
 	cached coherence.Held[*inode] // the inodes the kernel holds (holder.go)
 	makers makers                 // requests that may revive an inode (forget.go)
+	ctr    *Counters
 }
 
 // Mount mounts root, a node of st, at dir and starts serving it. The
@@ -81,7 +89,10 @@ func Mount(dir string, st *stack.Stack, root layer.Node, o Options) (*fuse.Serve
 
 // mount is Mount, and gives the view too (for tests).
 func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fuse.Server, error) {
-	v := &view{opts: o}
+	v := &view{opts: o, ctr: o.Counters}
+	if v.ctr == nil {
+		v.ctr = new(Counters)
+	}
 	var m *coherence.Manager
 	if o.Coherent {
 		m = st.Manager()
@@ -140,7 +151,7 @@ func mount(dir string, st *stack.Stack, root layer.Node, o Options) (*view, *fus
 	noOpendir := o.KeepCache && o.AllowOther && ok && ds.SeeksAnywhere()
 	v.raw = &rawFS{RawFileSystem: fs.NewNodeFS(rootInode, fo), makers: &v.makers, noOpendir: noOpendir}
 	v.hold(rootInode)
-	server, err := fuse.NewServer(v.raw, dir, &fo.MountOptions)
+	server, err := fuse.NewServer(&counting{v.raw, v.ctr, o.Denied}, dir, &fo.MountOptions)
 	if err == nil {
 		go server.Serve()
 		// NewServer returns once mounted; WaitMount adds only the poll

@@ -117,6 +117,9 @@ type Caller struct {
 	// a local program of that user. Without it, the bottom of the stack
 	// may act with its own privileges.
 	Check bool
+	// Squashed says that Uid and Gid are nobody's standing in for a
+	// client's root (the 9P export's root squash), for its messages.
+	Squashed bool
 }
 
 type callerKey struct{}

@@ -350,7 +350,7 @@ counters() {
 				+ [(.writebacks // {}) | to_entries[] | ["wb_" + .key, .value]])
 			| map(select(.[1] != null) | "\t\($c)_\(.[0])=\(.[1])") | join("")' <<<"$j")
 	done
-	line+=$(timeout 30 "$shale" stats "9p://127.0.0.1:$sport/" 2>>"$tmp/stats.log" |
+	line+=$(timeout 30 "$shale" stats --format raw "9p://127.0.0.1:$sport/" 2>>"$tmp/stats.log" |
 		awk '$1 ~ /^sprite\./ { printf "\ts_%s=%s", substr($1, 8), $2 }') || log "  $r: shale stats of the server failed or hung (log: $tmp/stats.log)"
 	printf '%s\t%s%s\n' "$rep" "$r" "$line" >>"$raw"
 }

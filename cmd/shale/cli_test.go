@@ -153,14 +153,32 @@ func TestNoDevFuse(t *testing.T) {
 	wantOneLineError(t, code, out, "/dev/fuse")
 }
 
+// TestHelpExplainsFlags: mount --help is short, with the common flags
+// and an example, and points to --help-all, which has every flag and the
+// whole text, as the man page does.
 func TestHelpExplainsFlags(t *testing.T) {
 	code, out := run(t, "mount", "--help")
 	if code != 0 {
 		t.Fatalf("mount --help: exit %d", code)
 	}
-	for _, f := range []string{"--foreground", "--timeout", "--allow-other", "--no-passthrough", "--debug", "--log"} {
+	for _, f := range []string{"--foreground", "--timeout", "--allow-other", "--layer", "--log", "--help-all", "\n  shale mount /srv/data /mnt/data\n"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("mount --help does not explain %s", f)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > 40 {
+		t.Errorf("mount --help is %d lines, want at most 40:\n%s", n, out)
+	}
+	short := out
+	for _, args := range [][]string{{"mount", "--help-all"}, {"mount", "--help", "--help-all"}} {
+		code, out := run(t, args...)
+		for _, f := range []string{"--no-passthrough", "--write-delay", "--cache-dir", "--metrics", "--stack", "[[view]]", "Sprite's consistency rules"} {
+			if code != 0 || !strings.Contains(out, f) {
+				t.Errorf("%q: exit %d, does not explain %s", args, code, f)
+			}
+		}
+		if len(out) < 2*len(short) {
+			t.Errorf("%q is not the whole help:\n%s", args, out)
 		}
 	}
 	if code, out := run(t, "--help"); code != 0 || !strings.Contains(out, "umount") {

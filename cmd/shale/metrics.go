@@ -2,7 +2,7 @@ package main
 
 // --metrics: the counters of a mount's 9P client (remote.Stats) and of a
 // server (its journal tree's stats file) as Prometheus samples, served by
-// package metrics.
+// package metrics; those of FUSE views and coherence are in fusestats.go.
 
 import (
 	"bufio"
@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/metrics"
 	"github.com/shalefs/shale/remote"
 )
@@ -48,24 +47,31 @@ func (e *endpoint) close(logger *slog.Logger) {
 	}
 }
 
-// clientSource is a Source of the counters of the 9P client whose root is
-// set: none until then, nor if the root is not a client's.
-type clientSource struct {
-	root atomic.Pointer[layer.Node]
+// mountSource is a Source of the counters of a plan's views, of its
+// stack's coherence manager and, with a 9p:// LOWER, of its 9P client:
+// none until set, once the views are mounted.
+type mountSource struct {
+	p atomic.Pointer[plan]
 }
 
-func (c *clientSource) set(root layer.Node) { c.root.Store(&root) }
+func (m *mountSource) set(p *plan) { m.p.Store(p) }
 
-func (c *clientSource) samples() []metrics.Sample {
-	root := c.root.Load()
-	if root == nil {
+func (m *mountSource) samples() []metrics.Sample {
+	p := m.p.Load()
+	if p == nil {
 		return nil
 	}
-	s, ok := remote.StatsOf(*root)
-	if !ok {
-		return nil
+	var out []metrics.Sample
+	if s, ok := remote.StatsOf(p.bottom); ok {
+		out = clientSamples(s)
 	}
-	return clientSamples(s)
+	for _, mnt := range slices.Sorted(maps.Keys(p.counters)) {
+		out = append(out, viewSamples(mnt, p.counters[mnt].Stats())...)
+	}
+	if p.manager != nil {
+		out = append(out, coherenceSamples(p.manager.Stats())...)
+	}
+	return out
 }
 
 // clientSamples are a 9P client's counters as shale_client_* samples.
@@ -148,6 +154,7 @@ var serverHelp = map[string]string{
 	"connections.pending":       "Connections before their first 9P message now.",
 	"connections.reaped":        "Idle sessions closed to admit another.",
 	"connections.refused":       "Connections refused a session (all busy).",
+	"squash.refused":            "Requests of a client's root, acting as nobody (root squash), refused with EACCES or EPERM.",
 	"journals.bytes":            "Estimated memory of all journals.",
 	"journals.bytes.abandoned":  "Estimated memory of the journals without a connection.",
 	"sprite.evictions":          "Clients that lost their caching of a file by failing a recall.",

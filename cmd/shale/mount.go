@@ -46,7 +46,7 @@ type mountFlags struct {
 	options    []string // -o, as mount(8) gives them (mountopts.go)
 	vfs        vfsFlags // the generic ones of options
 	// With a 9p:// LOWER, Sprite's delayed write (remote.Options
-	// WriteDelay and DirtyMax) and the client's metrics endpoint. client
+	// WriteDelay and DirtyMax); and the mount's metrics endpoint. client
 	// says the command has these flags (shale mount; not shale serve).
 	client        bool
 	writeDelay    time.Duration
@@ -143,9 +143,10 @@ pages of a local file system are; programs that need it on the server call
 fsync. --write-delay 0 writes through: every write goes to the server before
 it returns.
 
---metrics HOST:PORT serves the 9P client's counters (requests, cache hits and
-misses, delayed writes) to Prometheus on http://HOST:PORT/metrics, as
-shale_client_* metrics.`,
+--metrics HOST:PORT serves the mount's counters to Prometheus on
+http://HOST:PORT/metrics: FUSE requests and coherence callbacks
+(shale_fuse_*, shale_coherence_*) and, with a 9p:// LOWER, the 9P client's
+requests, cache hits and misses and delayed writes (shale_client_*).`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args, err := f.applyOptions(cmd.Flags(), args)
@@ -179,11 +180,12 @@ shale_client_* metrics.`,
 	f.client = true
 	fl.DurationVar(&f.writeDelay, "write-delay", 30*time.Second, "with a 9p:// LOWER whose server follows Sprite's rules (shale serve): how long written data may stay on the client before it is written back; 0 writes through")
 	fl.StringVar(&f.dirtyMax, "dirty-max", "64MiB", "with a 9p:// LOWER: the most delayed data kept on the client; past it the files dirty longest are written back")
-	fl.StringVar(&f.metrics, "metrics", "", "with a 9p:// LOWER: serve the client's counters to Prometheus on http://HOST:PORT/metrics")
+	fl.StringVar(&f.metrics, "metrics", "", "serve the mount's counters to Prometheus on http://HOST:PORT/metrics")
 	fl.StringVar(&f.watch, "watch", "auto", "how to notice changes made beside shale in LOWER: auto, fanotify or inotify (for tests)")
 	fl.MarkHidden("watch")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options as mount(8) gives them, comma-separated: layer=NAME, passfile=FILE, ro, nosuid ... (docs/admin.md)")
 	rootCmd.AddCommand(cmd)
+	shortMountHelp(cmd)
 }
 
 // defaults sets the flags whose defaults depend on the case, as their
@@ -399,6 +401,11 @@ func serve(f *mountFlags, p *plan) error {
 	if err != nil {
 		return report(ready, err)
 	}
+	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
+		// The 9P session's state, for shale status (session.go).
+		p.session = newSessionWatch()
+		logger = p.session.wrap(logger)
+	}
 	raiseFileLimit()
 	// Caught before any view is mounted, so that a stop signal, however
 	// early (systemd may send one right after READY=1), unmounts them.
@@ -407,7 +414,7 @@ func serve(f *mountFlags, p *plan) error {
 	// The metrics endpoint listens before anything is mounted, so that a
 	// bad address fails the mount; it has the client's counters once the
 	// views are mounted.
-	var client clientSource
+	var client mountSource
 	ms, err := serveMetrics(f.metrics, client.samples)
 	if err != nil {
 		return report(ready, err)
@@ -425,7 +432,7 @@ func serve(f *mountFlags, p *plan) error {
 	defer p.closeLower(logger)
 	defer serveViews(p, logger)()
 	defer ms.close(logger)
-	client.set(p.bottom)
+	client.set(p)
 	if ms != nil {
 		logger.Info("serving metrics", "url", "http://"+ms.Addr()+"/metrics")
 	}

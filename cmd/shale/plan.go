@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	// The layers and the backend a command line can name.
+	"github.com/shalefs/shale/coherence"
 	_ "github.com/shalefs/shale/compress"
 	_ "github.com/shalefs/shale/crypt"
 	"github.com/shalefs/shale/fuseview"
@@ -47,6 +48,12 @@ type plan struct {
 	// that the command line's flags added (cachedLower), which is no
 	// business of error lines.
 	given string
+	// The counters of the mounted views, by mountpoint (bind mounts of a
+	// view share its), and the stack's coherence manager: shale stats.
+	counters map[string]*fuseview.Counters
+	manager  *coherence.Manager
+	// session follows a 9p:// LOWER's connection, for shale status.
+	session *sessionWatch
 }
 
 // planMount reads the command line into a plan and checks it.
@@ -108,7 +115,7 @@ func planMount(cmd *cobra.Command, f *mountFlags, args []string) (*plan, error) 
 // --dirty-max to a 9p:// lower, as the URL's cachedir, cachesize,
 // writedelay and dirtymax (remote.OptionsFromQuery), where the URL has
 // none of its own. Given for another lower, those of them that were
-// changed and --metrics are a mistake.
+// changed are a mistake.
 func (f *mountFlags) cachedLower(lower string) (string, error) {
 	if err := f.checkClientFlags(); err != nil {
 		return "", err
@@ -122,8 +129,6 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 			return "", fmt.Errorf("--write-delay %v: only writes to a 9p:// LOWER are delayed", f.writeDelay)
 		case f.dirtyMaxSet:
 			return "", fmt.Errorf("--dirty-max %s: only writes to a 9p:// LOWER are delayed", f.dirtyMax)
-		case f.metrics != "":
-			return "", fmt.Errorf("--metrics %s: only a 9p:// LOWER has a client with counters to serve; shale serve --metrics serves a server's", f.metrics)
 		}
 		return lower, err
 	}
@@ -331,6 +336,9 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 	if !f.timeoutSet {
 		opts.Timeout = time.Hour
 	}
+	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {
+		opts.Denied = (&rootDenials{log: logger, lower: p.spec.Lower}).denied
+	}
 	if p.spec.CoherenceOff {
 		return st, nodes, opts, nil
 	}
@@ -370,6 +378,7 @@ func (p *plan) mount(f *mountFlags, logger *slog.Logger) ([]*mounted, error) {
 func (p *plan) mountViews(st *stack.Stack, nodes []layer.Node, opts fuseview.Options, logger *slog.Logger) ([]*mounted, error) {
 	var mounts []*mounted
 	byLayer := map[int]*mounted{}
+	p.manager, p.counters = st.Manager(), map[string]*fuseview.Counters{}
 	for _, v := range p.spec.Views {
 		if m := byLayer[v.Layer]; m != nil && os.Geteuid() == 0 {
 			// Another view of a layer already mounted: a bind mount of
@@ -382,8 +391,11 @@ func (p *plan) mountViews(st *stack.Stack, nodes []layer.Node, opts fuseview.Opt
 				return nil, fmt.Errorf("mounting %s (layer %d) at %s: bind mount of %s: %v", p.spec.Lower, v.Layer, v.Mountpoint, m.mnts[0], err)
 			}
 			m.mnts = append(m.mnts, v.Mountpoint)
+			p.counters[v.Mountpoint] = p.counters[m.mnts[0]]
 			continue
 		}
+		opts.Counters = new(fuseview.Counters)
+		p.counters[v.Mountpoint] = opts.Counters
 		var s *fuse.Server
 		err := fusermountReason(func() (err error) {
 			s, err = fuseview.Mount(v.Mountpoint, st, nodes[v.Layer], opts)

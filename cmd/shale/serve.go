@@ -292,7 +292,7 @@ func runServe(f *serveFlags, args []string) error {
 	// the command; the server's counters are there once it serves.
 	// With a 9p:// lower (--upstream), its client's counters too.
 	var srvp atomic.Pointer[export.Server]
-	var client clientSource
+	var client mountSource
 	ms, err := serveMetrics(f.metricsAddr, func() []metrics.Sample {
 		srv := srvp.Load()
 		if srv == nil {
@@ -391,7 +391,7 @@ func runServe(f *serveFlags, args []string) error {
 	serving := make(chan error, 1)
 	go func() { serving <- srv.Serve(ctx, l) }()
 	served = true
-	client.set(nodes[0])
+	client.set(p)
 	srvp.Store(srv)
 	defer serveViews(p, logger)()
 	if l := answer(serverSocket(addr.String()), logger, func() any {

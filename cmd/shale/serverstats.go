@@ -1,7 +1,8 @@
 package main
 
 // A server's statistics file ("name value" a line, docs/network.md) as
-// tables like a client's, for people; scripts get the file as it is.
+// tables like a client's, for people; scripts get JSON, or the file as
+// it is.
 
 import (
 	"bufio"
@@ -18,22 +19,15 @@ import (
 // printServerStats prints the statistics file b as tables. Lines it does
 // not know (a newer server's) follow as they are.
 func printServerStats(w io.Writer, b []byte) {
-	v := map[string]uint64{}
-	var order []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		n, err := strconv.ParseUint(val, 10, 64)
-		if ok && err == nil {
-			v[name] = n
-			order = append(order, name)
-		}
-	}
+	v, order := parseServerStats(b)
 	used := map[string]bool{}
 	get := func(name string) uint64 { used[name] = true; return v[name] }
 	fmt.Fprintf(w, "connections  %d now (%d sessions), %d pending, %d reaped, %d refused\n",
 		get("connections"), get("connections.sessions"), get("connections.pending"), get("connections.reaped"), get("connections.refused"))
 	fmt.Fprintf(w, "bytes        %d in, %d out\n", get("bytes.in"), get("bytes.out"))
+	if n := get("squash.refused"); n > 0 {
+		fmt.Fprintf(w, "root squash  %d requests of clients' root refused (it acts as nobody: shale serve --no-root-squash)\n", n)
+	}
 	fmt.Fprintf(w, "journals     %d (%d connected), following %d files, %d bytes held (%d abandoned)\n",
 		get("journals"), get("journals.connected"), get("interest"), get("journals.bytes"), get("journals.bytes.abandoned"))
 	fmt.Fprintf(w, "records      %d made, %d queued, %d sent; %d resets; epoch %d\n",
@@ -79,4 +73,20 @@ func printServerStats(w io.Writer, b []byte) {
 	if len(rest) > 0 {
 		fmt.Fprintf(w, "\nother\n  %s\n", strings.Join(rest, "\n  "))
 	}
+}
+
+// parseServerStats reads the statistics file b: its values by name, and
+// the names in the file's order.
+func parseServerStats(b []byte) (v map[string]uint64, order []string) {
+	v = map[string]uint64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseUint(val, 10, 64)
+		if ok && err == nil {
+			v[name] = n
+			order = append(order, name)
+		}
+	}
+	return v, order
 }

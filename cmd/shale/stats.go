@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
@@ -30,7 +29,13 @@ func init() {
 		Use:   "stats MOUNTPOINT | stats 9p://HOST:PORT/ | stats --server ADDR",
 		Short: "print the counters of a mount, or of a server",
 		Long: `Stats prints what shale status says of MOUNTPOINT (its process, stack and
-LOWER), and with a 9p:// LOWER the counters of the 9P client serving it:
+LOWER); the FUSE requests its kernel sent, by type, with how many failed and
+the mean time to answer them; the lookups that found nothing, and those of
+them the kernel keeps as missing (negative entries) and a change dropped; the
+coherence callbacks: changes the stack made or noticed (those beside the
+stack are other programs' in LOWER, or other clients' of a 9P server), and
+what they dropped from this kernel's caches. With a 9p:// LOWER, the
+counters of the 9P client serving it follow:
 requests by 9P type, cache hits and misses by kind (stat, directory, data,
 readlink, xattr), journal records applied, bytes sent and received. The
 mount process answers on a unix socket in /run/shale/ (as root;
@@ -51,13 +56,13 @@ unix:/path; --keyfile for a server that wants a key), it prints the
 statistics of the server's journal controller (shale serve): connections,
 bytes in and out, journals and their records, requests by 9P type, and
 Sprite's part (files followed, opens, those that recalled or were shared,
-those that waited after a restart, recall timeouts, write-backs). On a
-terminal they are tables; otherwise, or with --format raw, the statistics
-file as the server gives it, "name value" a line, for scripts:
-requests.TYPE, bytes.in and .out, connections, journals, records.*,
-sprite.* (docs/network.md).
+those that waited after a restart, recall timeouts, write-backs), as
+tables. For scripts, --format raw prints the statistics file as the server
+gives it, "name value" a line: requests.TYPE, bytes.in and .out,
+connections, journals, records.*, sprite.* (docs/network.md).
 
---json prints a mount's counters as one JSON object.`,
+--json prints the counters as one JSON object: a mount's, or a server's
+statistics file as {"name": value, ...}.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if server != "" {
 				if len(args) != 0 {
@@ -68,10 +73,11 @@ sprite.* (docs/network.md).
 			if keyFile != "" {
 				return errors.New("--keyfile goes with --server; a 9p:// URL takes ?keyfile=FILE")
 			}
-			switch format {
-			case "auto", "table", "raw":
-			default:
-				return fmt.Errorf("--format %s: say auto, table or raw", format)
+			switch {
+			case format != "table" && format != "raw":
+				return fmt.Errorf("--format %s: say table or raw", format)
+			case format == "raw" && asJSON:
+				return errors.New("--format raw and --json: say one")
 			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
@@ -96,7 +102,10 @@ sprite.* (docs/network.md).
 					return err
 				}
 				switch {
-				case format == "raw", format == "auto" && !term.IsTerminal(int(os.Stdout.Fd())):
+				case asJSON:
+					v, _ := parseServerStats(b)
+					return json.NewEncoder(os.Stdout).Encode(v)
+				case format == "raw":
 					os.Stdout.Write(b)
 				default:
 					printServerStats(os.Stdout, b)
@@ -115,18 +124,20 @@ sprite.* (docs/network.md).
 				return json.NewEncoder(os.Stdout).Encode(r)
 			}
 			printView(os.Stdout, r.Mount)
-			if r.Stats == nil {
-				fmt.Println("\nno 9P client: counters are kept for mounts of a 9p:// tree")
-				return nil
+			if r.Fuse != nil {
+				fmt.Println()
+				printFuse(os.Stdout, r.Fuse, r.Coherence)
 			}
-			fmt.Println()
-			printStats(os.Stdout, *r.Stats)
+			if r.Stats != nil {
+				fmt.Println()
+				printStats(os.Stdout, *r.Stats)
+			}
 			return nil
 		},
 	}
 	cmd.ValidArgsFunction = completeStats
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a mount's counters as JSON")
-	cmd.Flags().StringVar(&format, "format", "auto", "a server's statistics as tables (table), or as its file gives them, name value a line (raw); auto: tables on a terminal")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counters as JSON, a mount's or a server's")
+	cmd.Flags().StringVar(&format, "format", "table", "a server's statistics as tables (table), or as its file gives them, name value a line (raw)")
 	cmd.Flags().StringVar(&server, "server", "", "print the statistics of the server at ADDR: tcp:HOST:PORT, HOST:PORT or unix:/path (as shale stats 9p://ADDR/)")
 	cmd.Flags().StringVar(&keyFile, "keyfile", "", "with --server: the key the server wants")
 	rootCmd.AddCommand(cmd)

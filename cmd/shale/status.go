@@ -21,6 +21,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/shalefs/shale/coherence"
+	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
 	"github.com/shalefs/shale/stack"
@@ -38,12 +40,16 @@ type viewStatus struct {
 	Mountpoint string    `json:"mountpoint"`
 }
 
-// mountReply is the answer on a mountpoint's socket: the view and, with a
-// 9p:// lower, its client's counters, inline, as shale stats --json has
-// always given them.
+// mountReply is the answer on a mountpoint's socket: the view, its FUSE
+// requests and the stack's coherence callbacks, and, with a 9p:// lower,
+// its client's counters, inline, as shale stats --json has always given
+// them.
 type mountReply struct {
 	*remote.Stats
-	Mount viewStatus `json:"mount"`
+	Mount     viewStatus       `json:"mount"`
+	Fuse      *fuseview.Stats  `json:"fuse,omitempty"`
+	Coherence *coherence.Stats `json:"coherence,omitempty"`
+	Session   *sessionState    `json:"session,omitempty"` // a 9p:// lower's connection
 }
 
 // serverStatus is what shale serve tells of itself.
@@ -70,10 +76,19 @@ func serveViews(p *plan, logger *slog.Logger) (stop func()) {
 	for _, v := range p.spec.Views {
 		names := layerNames(p.spec)[:v.Layer]
 		vs := viewStatus{Pid: os.Getpid(), Started: started, Lower: showLower(p.spec.Lower), Layers: names, Mountpoint: v.Mountpoint}
+		ctr := p.counters[v.Mountpoint]
 		l := answer(statsSocket(v.Mountpoint), logger, func() any {
 			r := mountReply{Mount: vs}
+			if ctr != nil {
+				f, c := ctr.Stats(), p.manager.Stats()
+				r.Fuse, r.Coherence = &f, &c
+			}
 			if s, ok := remote.StatsOf(p.bottom); ok {
 				r.Stats = &s
+			}
+			if p.session != nil {
+				s := p.session.state()
+				r.Session = &s
 			}
 			return r
 		})
@@ -198,12 +213,13 @@ func init() {
 		Long: `Status lists every shale mount (of type fuse.shale in /proc/self/mountinfo)
 and every shale serve of this user (all of them, as root), one a line, with
 its stack of layers, LOWER, the serving process and how long it has run. For
-a mount of a 9p:// tree it adds whether the server answers now and the bytes
-of delayed writes not yet written back (dirty); for a server, its exports
-and connected clients.
+a mount of a 9p:// tree it adds, as the mount process tells it, whether its
+connection to the server is up (since when it is down, and why; how often
+it was restored) and the bytes of delayed writes not yet written back
+(dirty); for a server, its exports and connected clients.
 
   MOUNTPOINT    STACK   LOWER                 PID    UP      STATE
-  /mnt/vault    crypt   9p://10.0.0.2:5640/   4242   3h2m5s  server up, 0 B dirty
+  /mnt/vault    crypt   9p://10.0.0.2:5640/   4242   3h2m5s  connected, 0 B dirty
 
 A mount whose process does not answer (another user's, or a dead mount) is
 listed with what mountinfo says. --json prints one JSON object a line.`,
@@ -249,7 +265,8 @@ func statusLines() []statusLine {
 				r.Mount.Lower = showLower(m.source)
 			}
 			l.Mount = &r
-			if rem, ok, _ := p9net.ParseRemote(r.Mount.Lower); ok {
+			if rem, ok, _ := p9net.ParseRemote(r.Mount.Lower); ok && r.Session == nil {
+				// An older shale, which does not tell its session.
 				l.Reach = reach(rem.Addr)
 			}
 		}
@@ -303,10 +320,13 @@ func printStatus(w io.Writer, lines []statusLine) {
 	tw.Flush()
 }
 
-// mountState is a mount's STATE: for a 9p:// lower, the server and the
-// delayed writes.
+// mountState is a mount's STATE: for a 9p:// lower, its connection to
+// the server and the delayed writes.
 func mountState(l statusLine) string {
 	var s []string
+	if ss := l.Mount.Session; ss != nil {
+		s = append(s, sessionLine(ss))
+	}
 	if l.Reach != nil {
 		if l.Reach.OK {
 			s = append(s, "server up")
@@ -337,4 +357,27 @@ func serverState(s *serverStatus) string {
 		}
 	}
 	return fmt.Sprintf("exports %s, %s clients", strings.Join(s.Exports, " "), conns)
+}
+
+// sessionLine is a 9P session's state as STATE shows it.
+func sessionLine(ss *sessionState) string {
+	line := "connected"
+	if !ss.Connected {
+		line = "disconnected " + since(ss.Since)
+		if ss.LastError != "" {
+			line += " (" + ss.LastError + ")"
+		}
+	}
+	if ss.Restored > 0 {
+		line += fmt.Sprintf(", %d reconnections", ss.Restored)
+		if ss.Connected && ss.LastError != "" {
+			line += fmt.Sprintf(" (last error %s: %s)", since(ss.ErrorAt), ss.LastError)
+		}
+	}
+	return line
+}
+
+// since is how long ago t was, in whole seconds.
+func since(t time.Time) string {
+	return time.Since(t).Round(time.Second).String() + " ago"
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // statusOf is the line of shale status that begins with where.
@@ -61,7 +62,7 @@ func TestStatus(t *testing.T) {
 	}
 	defer f.Close()
 	f.Write(make([]byte, 5000))
-	if got := statusOf(t, mnt2); !regexp.MustCompile(` +loop +9p://` + regexp.QuoteMeta(addr) + `/ +\d+ +\d+s +server up, 4\.9 KiB dirty in 1 files$`).MatchString(got) {
+	if got := statusOf(t, mnt2); !regexp.MustCompile(` +loop +9p://` + regexp.QuoteMeta(addr) + `/ +\d+ +\d+s +connected, 4\.9 KiB dirty in 1 files$`).MatchString(got) {
 		t.Errorf("status of the 9P mount: %q", got)
 	}
 	// The mount's connection, and perhaps the last status's dial still.
@@ -77,22 +78,49 @@ func TestStatus(t *testing.T) {
 	if code, out := run(t, "__complete", "umount", ""); code != 0 || !strings.Contains(out, mnt2+"\t9p://"+addr+"/\n") {
 		t.Errorf("umount completes %q, want %s", out, mnt2)
 	}
-	// The server's statistics as tables like the client's, or raw.
-	code, out = run(t, "stats", "--format", "table", "--server", addr)
+	// The server's statistics as tables like the client's, on a terminal
+	// or not (here, a pipe); as JSON or raw for scripts.
+	code, out = run(t, "stats", "--server", addr)
 	for _, want := range []string{"\nbytes        ", "\nrequests   ", "\n  Tattach ", "\nSprite (", "\n  for writing ", "\nwrite-backs  "} {
 		if code != 0 || !strings.Contains(out, want) {
-			t.Errorf("shale stats --format table --server: exit %d, no %q:\n%s", code, want, out)
+			t.Errorf("shale stats --server: exit %d, no %q:\n%s", code, want, out)
 		}
 	}
-	if code, out := run(t, "stats", "--server", addr); code != 0 || !strings.Contains(out, "\nsprite.opens.write 1\n") {
-		t.Errorf("shale stats --server, not on a terminal: exit %d:\n%s", code, out)
+	if code, out := run(t, "stats", "--json", "--server", addr); code != 0 || !strings.Contains(out, `"sprite.opens.write":1,`) {
+		t.Errorf("shale stats --json --server: exit %d:\n%s", code, out)
 	}
+	if code, out := run(t, "stats", "--format", "raw", "--server", addr); code != 0 || !strings.Contains(out, "\nsprite.opens.write 1\n") {
+		t.Errorf("shale stats --format raw --server: exit %d:\n%s", code, out)
+	}
+	// The mount's own session: lost with its server, and why; found
+	// again when a server answers at the address.
 	f.Sync()
 	stopServe(t, srv, syscall.SIGTERM)
-	if got := statusOf(t, mnt2); !strings.Contains(got, "server down (dial tcp "+addr+": connect: connection refused), ") || !strings.HasSuffix(got, " 0 B dirty in 0 files") {
-		t.Errorf("status of the 9P mount, its server gone: %q", got)
-	}
+	down := regexp.MustCompile(`disconnected [\dhms]+ ago \(.*connection refused.*\), not cached, 0 B dirty in 0 files$`)
+	statusUntil(t, mnt2, down)
 	if code, out := run(t, "stats", mnt2); code != 0 || !strings.Contains(out, "\ncaching    off until the server answers again (journal ") {
 		t.Errorf("shale stats of a 9P mount, its server gone: exit %d:\n%s", code, out)
+	}
+	startServe(t, filepath.Join(dir, "serve.log"), "--listen", "tcp:"+addr, "--no-root-squash", slower)
+	statusUntil(t, mnt2, regexp.MustCompile(` connected, 1 reconnections \(last error [\dhms]+ ago: .*connection refused.*\), 0 B dirty in 0 files$`))
+	code, out = run(t, "status", "--json")
+	if code != 0 || !strings.Contains(out, `"session":{"connected":true,`) || !strings.Contains(out, `"losses":1,"restored":1,`) {
+		t.Errorf("shale status --json: exit %d:\n%s", code, out)
+	}
+}
+
+// statusUntil polls shale status until the line of where matches rx.
+func statusUntil(t *testing.T, where string, rx *regexp.Regexp) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := statusOf(t, where)
+		if rx.MatchString(got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of %s: %q after 60s, want %s", where, got, rx)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -3,6 +3,7 @@ package net
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -97,16 +98,10 @@ func serverStats(t *testing.T, addr string) map[string]uint64 {
 // urlStats is the statistics file of the server of a 9p:// URL.
 func urlStats(t *testing.T, url string) map[string]uint64 {
 	t.Helper()
-	out := run(t, shale, "stats", url)
+	out := run(t, shale, "stats", "--json", url)
 	m := map[string]uint64{}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-			m[f[0]] = v
-		}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("shale stats --json %s: %v:\n%s", url, err, out)
 	}
 	return m
 }
