@@ -136,7 +136,7 @@ func (s *Server) spriteVers() uint32 {
 func randomVersion() uint32 {
 	var b [4]byte
 	rand.Read(b[:])
-	return binary.LittleEndian.Uint32(b[:]) &^ journal.NoCache
+	return journal.VersionOf(binary.LittleEndian.Uint32(b[:]))
 }
 
 // stateLocked is k's state, made at first sight with a random version:
@@ -286,12 +286,13 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 				if !shares {
 					clear(st.told) // the episode is over
 				}
-				if !write && !create {
-					sp.grantLocked(st, k, me, shares, evicted)
-				}
+
 				v := st.version
 				if shares || evicted {
 					v |= journal.NoCache
+				}
+				if !write && !create && sp.grantLocked(st, me, shares, evicted) {
+					v |= journal.Delegated
 				}
 				sp.mu.Unlock()
 				if following {

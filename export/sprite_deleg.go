@@ -9,7 +9,7 @@ import (
 	"github.com/shalefs/shale/p9wire"
 )
 
-// Read delegations (issue 27; journal.Delegate): with Options.Delegate,
+// Read delegations (issue 27; journal.Delegated): with Options.Delegate,
 // an open for reading of a file no one has open for writing, by a client
 // that takes them, grants that client the file's later opens for reading
 // without a Tlopen: the server has then counted it as opening the file
@@ -24,30 +24,33 @@ import (
 // Changes made beside the server, in its directory directly, reach a
 // delegated client with its journal, not at its next open.
 
-// grantLocked grants me a read delegation of k at an open for reading,
-// if it takes them and no one else may change the file meanwhile; the
-// record reaches it before the open's answer (open waits for its journal).
-func (sp *sprite) grantLocked(st *fstate, k interestKey, me *jrnl, shares, evicted bool) {
-	if !sp.s.opts.Delegate || me == nil || shares || evicted || st.delegs[me] || !me.takesDelegations() {
-		return
+// grantLocked grants me a read delegation of st at an open for reading,
+// if it takes them and no one else may change the file meanwhile, and
+// tells whether it holds one: its answer says so (journal.Delegated).
+func (sp *sprite) grantLocked(st *fstate, me *jrnl, shares, evicted bool) bool {
+	if !sp.s.opts.Delegate || me == nil || shares || evicted || !me.takesDelegations() {
+		return false
 	}
 	if _, asked := st.returning[me]; asked {
-		return
+		return false
+	}
+	if st.delegs[me] {
+		return true
 	}
 	for _, o := range st.opens {
 		if o.w > 0 {
-			return
+			return false
 		}
 	}
 	for h := range st.dirty {
 		if h != me {
-			return
+			return false
 		}
 	}
 	st.delegs[me] = true
 	sp.outstanding.Add(1)
-	me.add(journal.Record{Kind: journal.Delegate, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: k.path, Vers: st.version}})
 	sp.delegated.Add(1)
+	return true
 }
 
 // returnLocked asks every client but me that holds a delegation of k to
@@ -179,7 +182,7 @@ func (sp *sprite) undelegateLocked(st *fstate, h *jrnl) {
 	}
 }
 
-// takesDelegations tells whether j's client takes Delegate (its hello
+// takesDelegations tells whether j's client takes delegations (its hello
 // said so).
 func (j *jrnl) takesDelegations() bool {
 	j.mu.Lock()

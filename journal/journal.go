@@ -86,7 +86,7 @@ const (
 // journal files this QID version (in Rwalk, Rlopen and Rlcreate); with
 // any other version a client writes through and caches as before. The
 // controller then answers every Tlopen and Tlcreate of a regular file
-// with the file's version in the QID: 31 bits, bumped by each open for
+// with the file's version in the QID: 30 bits, bumped by each open for
 // writing, so an open for reading finds the version it cached and an
 // open for writing the one after it; bit NoCache set means the file is
 // write-shared with another client now: cache none of its data.
@@ -103,7 +103,7 @@ const (
 const Goodbye = ^uint64(0)
 
 // NextVersion is the version after v, as an open for writing makes it.
-func NextVersion(v uint32) uint32 { return (v + 1) &^ NoCache }
+func NextVersion(v uint32) uint32 { return VersionOf(v + 1) }
 
 // FieldType is a field's type.
 type FieldType uint8

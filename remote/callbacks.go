@@ -268,8 +268,6 @@ func (j *jreader) apply(r *journal.Record) {
 		go fs.wb.Recalled(path, r.Seq, r.Kind == journal.Uncache)
 	case r.Kind == journal.Follow:
 		fs.wb.Follow(tok)
-	case r.Kind == journal.Delegate:
-		fs.wb.Delegated(tok, r.Qid.Vers)
 	case r.Kind == journal.Return:
 		// Its handles open on the server: not on the journal's reader.
 		go fs.wb.Return(path, r.Seq)

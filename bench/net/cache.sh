@@ -28,8 +28,10 @@
 #               repetition: it has no network), uncached (shale serve,
 #               the client with --cache-size off: no journal, nothing
 #               cached, close-to-open), cached (the caching client, in
-#               memory), disk (the caching client with --cache-dir)
-#               (default local,uncached,cached,disk)
+#               memory), disk (the caching client with --cache-dir),
+#               deleg (cached, the server granting read delegations:
+#               shale serve --delegate; not with -B, whose base may
+#               predate the flag) (default local,uncached,cached,disk)
 #   -t SECS     a step that runs longer is stopped and reported as
 #               "timeout >SECS s" (default 150)
 #   -T TREE     the tree the metadata workload copies (default
@@ -111,7 +113,7 @@ for l in "${rttlist[@]}"; do
 	[[ $l =~ ^[0-9]+$ ]] || { echo "cache.sh: -l wants whole milliseconds, got '$l'" >&2; exit 2; }
 done
 for s in "${syslist[@]}"; do
-	[[ $s =~ ^(local|uncached|cached|disk)$ ]] || { echo "cache.sh: unknown system '$s' (local, uncached, cached, disk)" >&2; exit 2; }
+	[[ $s =~ ^(local|uncached|cached|disk|deleg)$ ]] || { echo "cache.sh: unknown system '$s' (local, uncached, cached, disk, deleg)" >&2; exit 2; }
 done
 # The rows, in the order they run in every repetition: local once (no
 # network to delay), then each system at each latency.
@@ -172,13 +174,15 @@ start_row() {
 	fi
 	use_build "$r"
 	mnt_opts=()
+	local serve_opts=()
 	case ${r/@base/} in
 	local) mnt_url=$lower; return ;;
 	uncached-*) mnt_opts=(--cache-size off) ;;
 	disk-*) mnt_opts=(--cache-dir "$work/$r/cachedir") ;;
+	deleg-*) serve_opts=(--delegate) ;;
 	esac
 	# Root unsquashed: cp -a sets owners.
-	serve_delayed "$r" "$lower" "$tmp/serve.log" --no-root-squash
+	serve_delayed "$r" "$lower" "$tmp/serve.log" --no-root-squash "${serve_opts[@]}"
 	mnt_url=$served_url
 }
 

@@ -8,24 +8,14 @@ import (
 	"github.com/shalefs/shale/p9wire"
 )
 
-// Read delegations (journal.Delegate; the server's side is export's
-// sprite_deleg.go): while this client holds one of a file and is
+// Read delegations (journal.Delegated, in an open's answer: Opened;
+// the server's side is export's sprite_deleg.go): while this client
+// holds one of a file and is
 // connected, an open of it for reading needs no request (the remote
 // node opens it on the server only if a read misses the cache). Such a
 // handle is one of sf.handles like any: a Return opens each on the
 // server before it is answered, so that the server then sees every open
 // this client has of the file.
-
-// Delegated takes a Delegate of tok's file, at version vers.
-func (w *Files) Delegated(tok layer.Token, vers uint32) {
-	if !w.sprite.Load() || tok.Gen == 0 {
-		return
-	}
-	sf := w.openState(tok)
-	sf.deleg = true
-	sf.vmu.Unlock()
-	w.Ctr.Delegations.Add(1)
-}
 
 // OpenDelegated registers h, an open for reading of tok's file, without
 // a request, if this client holds a delegation of it; false if not.

@@ -80,7 +80,7 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	w.Ctr.Opens.Add(1)
 	path := tok.Ino
 	sf := w.openState(tok)
-	v := vers &^ journal.NoCache
+	v := journal.VersionOf(vers)
 	expect := sf.version
 	if write {
 		expect = journal.NextVersion(expect)
@@ -93,8 +93,12 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 	} else if sf.uncaches == since {
 		sf.uncached.Store(false)
 	}
-	if write {
+	switch {
+	case write:
 		sf.deleg = false // the server took it back as it answered
+	case vers&journal.Delegated != 0 && !sf.deleg:
+		sf.deleg = true
+		w.Ctr.Delegations.Add(1)
 	}
 	if h != nil {
 		if sf.handles == nil {
@@ -141,7 +145,11 @@ func (w *Files) Reopened(tok layer.Token, vers uint32, since uint64) {
 		return
 	}
 	sf := w.openState(tok)
-	sf.version, sf.known = vers&^journal.NoCache, true
+	sf.version, sf.known = journal.VersionOf(vers), true
+	if vers&journal.Delegated != 0 && !sf.deleg {
+		sf.deleg = true
+		w.Ctr.Delegations.Add(1)
+	}
 	if vers&journal.NoCache != 0 {
 		sf.uncached.Store(true)
 	} else if sf.uncaches == since {

@@ -16,7 +16,7 @@ var cacheSteps = []string{
 // The steps a restarted client runs again.
 var restartSteps = []string{"build (restart)", "find (restart)", "grep -r (restart)"}
 
-var cacheSystems = []string{"uncached", "cached", "disk"}
+var cacheSystems = []string{"uncached", "cached", "disk", "deleg"}
 
 // cacheReport prints bench/net/cache.sh's tables: rows are "local" and
 // SYSTEM-RTTms.
@@ -181,6 +181,11 @@ func cacheReport(rows []string, data map[key][]sample, limit int) {
 			verdict(r <= 1.5), r, secs(medTime("cached-50ms", "build (hot)"), limit), secs(localHot, limit))
 	} else {
 		fmt.Println("- not measured: hot build at 50 ms within 1.5x of local (needs local and cached at 50 ms)")
+	}
+	if d := medTime("deleg-50ms", "build (hot)"); !math.IsNaN(d) && !math.IsNaN(localHot) {
+		r, n := ratio(d, localHot), medReq("deleg-50ms", "build (hot)")
+		fmt.Printf("- %s: hot build at 50 ms within 1.5x of local and at most 10 requests, with read delegations: %.2fx (%s against %s s), %.0f requests\n",
+			verdict(r <= 1.5 && n <= 10), r, secs(d, limit), secs(localHot, limit), n)
 	}
 	worst := func(m map[string]float64, low bool) (string, float64) {
 		var wr string
