@@ -155,7 +155,7 @@ func TestStepFails(t *testing.T) {
 	defer s.Close()
 	var mu sync.Mutex
 	fails := 1
-	s.Then("opening the journal", func(c *Conn) error {
+	step := func(c *Conn) error { // fails as often as fails says
 		mu.Lock()
 		defer mu.Unlock()
 		if fails > 0 {
@@ -163,22 +163,15 @@ func TestStepFails(t *testing.T) {
 			return syscall.EIO
 		}
 		return nil
-	})
+	}
+	s.Then("opening the journal", step)
 	_, err := s.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "while opening the journal") {
 		t.Fatalf("Start: %v, want the failing step named", err)
 	}
 	s2 := New(x.dial, opts(5*time.Second))
 	defer s2.Close()
-	s2.Then("opening the journal", func(c *Conn) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if fails > 0 {
-			fails--
-			return syscall.EIO
-		}
-		return nil
-	})
+	s2.Then("opening the journal", step)
 	lost := make(chan *Conn, 4)
 	s2.OnLost(func(c *Conn) { lost <- c })
 	if _, err := s2.Start(context.Background()); err != nil {
