@@ -61,6 +61,7 @@ import (
 // minutes. The soak run's SHALE_FAULT_ROUNDS=10 is 200 server restarts
 // and 50 client kills. SHALE_FAULT_SEED fixes the order and the
 // workloads' choices (it is logged; the timing never repeats exactly).
+// SHALE_FAULT_SERVE="FLAGS" adds flags to the server's (--delegate).
 // SHALE_FAULT_LOG=DIR keeps every workload's lines in DIR/INST.log, and
 // each client's log, at debug level (its discards, its walks that found
 // another file), in DIR/CLIENT.client.log.
@@ -206,6 +207,7 @@ func newFaultHarness(t *testing.T, nClients int) *faultHarness {
 	t.Logf("SHALE_FAULT_SEED=%d", seed)
 	h := &faultHarness{t: t, t0: faultMono(), start: time.Now(), seed: seed, rng: rand.New(rand.NewPCG(seed, 1))}
 	h.srvArgs = append(spriteArgs(), "--grace", faultGrace, "--lease", faultLease, "--recall-timeout", faultRecall)
+	h.srvArgs = append(h.srvArgs, strings.Fields(os.Getenv("SHALE_FAULT_SERVE"))...)
 	h.lower = tempDir(t)
 	h.addr = freePort(t)
 	h.srvArgs = append(h.srvArgs, h.lower)
