@@ -309,6 +309,9 @@ func (n *node) forget() {
 	n.dropFids()
 	if n.fs.forgot(n) {
 		n.fs.tree.Lock()
+		if ns := n.fs.named[n.tok]; len(ns) > 0 {
+			n.fs.log.Debug("the file's last node went: the names this client knew of it go", "qid", n.tok.Ino, "names", len(ns))
+		}
 		for _, m := range slices.Clone(n.fs.named[n.tok]) {
 			if m.pinnedBelowLocked() {
 				m.kept = true
