@@ -89,6 +89,9 @@ type jrnl struct {
 	deleted    bool
 	sprite     bool // the client follows Sprite's rules (its hello)
 	follows    bool // and takes Follow (journal.Follows in its hello)
+	// late is the seq a name change's wait for this client gave up on:
+	// not waited for again until it applied that (namewait.go).
+	late uint64
 }
 
 // find returns the journal of name, after deleting those gone too long.

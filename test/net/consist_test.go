@@ -118,8 +118,8 @@ var c2oModes = []c2oMode{
 		c2oWrite(t, filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE, 0, c2oContent(v))
 	}},
 	{name: "truncate", statNow: true, op: c2oTrunc},
-	{name: "rename", op: c2oRename},
-	{name: "recreate", op: func(t *testing.T, dir, name string, v int) {
+	{name: "rename", statNow: true, op: c2oRename},
+	{name: "recreate", statNow: true, op: func(t *testing.T, dir, name string, v int) {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
