@@ -60,6 +60,10 @@ func (h *handle) FidOn(c *session.Conn) (fid, iounit uint32, ok bool) {
 	return h.fid, h.iounit, h.c == c && !h.released && h.flags&unix.O_APPEND == 0 && h.flags&unix.O_ACCMODE != unix.O_RDONLY
 }
 
+// WriteShared: the server found the file open for writing on another
+// client too (layer.WriteShared): what it caches of it is not kept.
+func (h *handle) WriteShared() bool { return h.fs.wb.Uncached(h.n.tok) }
+
 // size is the file's size on the server, from the cache if it has it.
 func (h *handle) size(ctx context.Context) (int64, layer.Errno) {
 	if a, gen, ok := h.fs.cc.Attr(h.n.tok.Ino); ok && gen == h.n.tok.Gen {
