@@ -20,7 +20,8 @@ import (
 // stalled client costs others one wait, not one a change.
 
 // nameWait bounds the wait: a name change is not worth an open's wait.
-const nameWait = time.Second
+// (A variable for tests.)
+var nameWait = time.Second
 
 // waitingNames wraps the handler of a request that changes names.
 func waitingNames(h handler) handler {

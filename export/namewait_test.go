@@ -1,0 +1,78 @@
+package export
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// send sends m over r and returns a channel that gets the reply's type
+// (0 if the connection failed), so that a test may watch a request wait.
+func (r *raw) send(m []byte) <-chan uint8 {
+	done := make(chan uint8, 1)
+	go func() {
+		r.c.SetDeadline(time.Now().Add(time.Minute))
+		typ := uint8(0)
+		if _, err := r.c.Write(m); err == nil {
+			if t, _, err := r.recv(); err == nil {
+				typ = t
+			}
+		}
+		done <- typ
+	}()
+	return done
+}
+
+// A request that changes names is answered once the other clients that
+// cache the directory applied its record: a stat there after the change
+// returned finds no old entry. A client that lets the wait time out is
+// not waited for again until it caught up.
+func TestNameChangeWaitsForJournals(t *testing.T) {
+	defer func(w time.Duration) { nameWait = w }(nameWait)
+	nameWait = time.Minute
+	f := newFixture(t, Options{NoRootSquash: true})
+	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
+	c := f.jdial(t, testUUID, true)
+	c.walkTo(t, 1, "d")
+	j := f.s.ctl.find(testUUID)
+	o := f.other(t)
+	o.must(t, "walk d", twalk(1, 0, 60, "d"))
+	created := o.send(frame(tLcreate, 2, uint32(60), "x", uint32(syscall.O_WRONLY), uint32(0o644), ^uint32(0)))
+	recs := c.read(t, 0) // read, not yet applied: that is the next read
+	select {
+	case <-created:
+		t.Fatal("the create was answered before the other client applied its record")
+	case <-time.After(2 * time.Second):
+	}
+	// The next read says the client applied the records before it; it
+	// waits for more, which this test never reads.
+	c.c.Write(frame(tRead, 9, uint32(jfid), seqAfter(recs), uint32(60000)))
+	select {
+	case typ := <-created:
+		if typ != tLcreate+1 {
+			t.Fatalf("the create: reply type %d", typ)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the create was not answered once the other client applied its record")
+	}
+
+	// The client reads no more: the unlink waits nameWait, once.
+	nameWait = 100 * time.Millisecond
+	o.must(t, "walk d", twalk(3, 0, 61, "d"))
+	if typ := <-o.send(frame(tUnlinkat, 4, uint32(61), "x", uint32(0))); typ != tUnlinkat+1 {
+		t.Fatalf("the unlink: reply type %d", typ)
+	}
+	j.mu.Lock()
+	late, base := j.late, j.base
+	j.mu.Unlock()
+	if late <= base {
+		t.Fatalf("a client that did not apply the unlink's record in time is not late (late %d, applied %d)", late, base)
+	}
+	for _, m := range f.s.ctl.marks(nil) {
+		if m.j == j {
+			t.Fatal("a late client is waited for again")
+		}
+	}
+}
