@@ -8,19 +8,25 @@ import (
 	"time"
 )
 
-// send sends m over r and returns a channel that gets the reply's type
-// (0 if the connection failed), so that a test may watch a request wait.
-func (r *raw) send(m []byte) <-chan uint8 {
-	done := make(chan uint8, 1)
+// reply is a reply's type (0 if the connection failed) and body.
+type reply struct {
+	typ  uint8
+	body []byte
+}
+
+// send sends m over r and returns a channel that gets the reply, so that
+// a test may watch a request wait.
+func (r *raw) send(m []byte) <-chan reply {
+	done := make(chan reply, 1)
 	go func() {
 		r.c.SetDeadline(time.Now().Add(time.Minute))
-		typ := uint8(0)
+		var rp reply
 		if _, err := r.c.Write(m); err == nil {
-			if t, _, err := r.recv(); err == nil {
-				typ = t
+			if typ, body, err := r.recv(); err == nil {
+				rp = reply{typ, body}
 			}
 		}
-		done <- typ
+		done <- rp
 	}()
 	return done
 }
@@ -50,9 +56,9 @@ func TestNameChangeWaitsForJournals(t *testing.T) {
 	// waits for more, which this test never reads.
 	c.c.Write(frame(tRead, 9, uint32(jfid), seqAfter(recs), uint32(60000)))
 	select {
-	case typ := <-created:
-		if typ != tLcreate+1 {
-			t.Fatalf("the create: reply type %d", typ)
+	case r := <-created:
+		if r.typ != tLcreate+1 {
+			t.Fatalf("the create: reply type %d", r.typ)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the create was not answered once the other client applied its record")
@@ -61,8 +67,8 @@ func TestNameChangeWaitsForJournals(t *testing.T) {
 	// The client reads no more: the unlink waits nameWait, once.
 	nameWait = 100 * time.Millisecond
 	o.must(t, "walk d", twalk(3, 0, 61, "d"))
-	if typ := <-o.send(frame(tUnlinkat, 4, uint32(61), "x", uint32(0))); typ != tUnlinkat+1 {
-		t.Fatalf("the unlink: reply type %d", typ)
+	if r := <-o.send(frame(tUnlinkat, 4, uint32(61), "x", uint32(0))); r.typ != tUnlinkat+1 {
+		t.Fatalf("the unlink: reply type %d", r.typ)
 	}
 	j.mu.Lock()
 	late, base := j.late, j.base
