@@ -493,6 +493,19 @@ func (s *Server) heldNode(k nodeKey) layer.Node {
 	return nil
 }
 
+// others is every journal but but.
+func (ctl *controller) others(but *jrnl) []*jrnl {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	js := make([]*jrnl, 0, len(ctl.journals))
+	for _, j := range ctl.journals {
+		if j != but {
+			js = append(js, j)
+		}
+	}
+	return js
+}
+
 // waitApplied waits until the client has applied every record queued
 // now, or has no connection; false if ctx or timeout ended it first.
 func (j *jrnl) waitApplied(ctx context.Context, timeout <-chan time.Time) bool {

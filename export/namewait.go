@@ -44,14 +44,7 @@ type jmark struct {
 // marks is the newest seq of every journal but own that is read now and
 // not late.
 func (ctl *controller) marks(own *jrnl) []jmark {
-	ctl.mu.Lock()
-	js := make([]*jrnl, 0, len(ctl.journals))
-	for _, j := range ctl.journals {
-		if j != own {
-			js = append(js, j)
-		}
-	}
-	ctl.mu.Unlock()
+	js := ctl.others(own)
 	ms := make([]jmark, 0, len(js))
 	for _, j := range js {
 		j.mu.Lock()

@@ -31,6 +31,27 @@ func (r *raw) send(m []byte) <-chan reply {
 	return done
 }
 
+// answeredOnly checks that ch gets no reply for a while, until the
+// test's own step, then gets one of type typ: a request that waits for
+// what step does.
+func answeredOnly(t *testing.T, ch <-chan reply, typ uint8, what, after string, step func()) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("%s was answered before %s", what, after)
+	case <-time.After(2 * time.Second):
+	}
+	step()
+	select {
+	case r := <-ch:
+		if r.typ != typ {
+			t.Fatalf("%s: reply type %d", what, r.typ)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s was not answered once %s", what, after)
+	}
+}
+
 // A request that changes names is answered once the other clients that
 // cache the directory applied its record: a stat there after the change
 // returned finds no old entry. A client that lets the wait time out is
@@ -47,22 +68,11 @@ func TestNameChangeWaitsForJournals(t *testing.T) {
 	o.must(t, "walk d", twalk(1, 0, 60, "d"))
 	created := o.send(frame(tLcreate, 2, uint32(60), "x", uint32(syscall.O_WRONLY), uint32(0o644), ^uint32(0)))
 	recs := c.read(t, 0) // read, not yet applied: that is the next read
-	select {
-	case <-created:
-		t.Fatal("the create was answered before the other client applied its record")
-	case <-time.After(2 * time.Second):
-	}
-	// The next read says the client applied the records before it; it
+	// The client's next read says it applied the records before it; it
 	// waits for more, which this test never reads.
-	c.c.Write(frame(tRead, 9, uint32(jfid), seqAfter(recs), uint32(60000)))
-	select {
-	case r := <-created:
-		if r.typ != tLcreate+1 {
-			t.Fatalf("the create: reply type %d", r.typ)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the create was not answered once the other client applied its record")
-	}
+	answeredOnly(t, created, tLcreate+1, "the create", "the other client applied its record", func() {
+		c.c.Write(frame(tRead, 9, uint32(jfid), seqAfter(recs), uint32(60000)))
+	})
 
 	// The client reads no more: the unlink waits nameWait, once.
 	nameWait = 100 * time.Millisecond
