@@ -26,6 +26,9 @@ var nameWait = time.Second
 // waitingNames wraps the handler of a request that changes names.
 func waitingNames(h handler) handler {
 	return func(c *conn, ctx context.Context, d *p9wire.Dec) (p9wire.Message, syscall.Errno) {
+		if c.onJournal(d) {
+			return h(c, ctx, d) // a journal's Tlcreate: no one's names
+		}
 		marks := c.s.ctl.marks(c.journal.Load())
 		m, e := h(c, ctx, d)
 		if e == 0 {
@@ -33,6 +36,21 @@ func waitingNames(h handler) handler {
 		}
 		return m, e
 	}
+}
+
+// onJournal tells whether the request in d is on a fid of the journal
+// tree (its first field names the fid it acts on).
+func (c *conn) onJournal(d *p9wire.Dec) bool {
+	var head p9wire.FidReq
+	head.Decode(&p9wire.Dec{B: d.B})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.fids[head.Fid]
+	if f == nil {
+		return false
+	}
+	_, ok := f.is.(*journalFid)
+	return ok
 }
 
 // jmark is a journal's newest seq before a request.
