@@ -1,6 +1,7 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -33,8 +34,9 @@ type controller struct {
 	maxJournals                int
 	maxBytes, maxMemory        int64 // jbounds.go
 	maxAge                     time.Duration
-	made, sent, resets, queued atomic.Int64 // records (stats)
-	bytes, idleBytes           atomic.Int64 // all journals', and those without a connection (jbounds.go)
+	nameWait                   time.Duration // Options.NameWait, its default made (namewait.go)
+	made, sent, resets, queued atomic.Int64  // records (stats)
+	bytes, idleBytes           atomic.Int64  // all journals', and those without a connection (jbounds.go)
 
 	mu       sync.Mutex
 	journals map[string]*jrnl
@@ -54,6 +56,7 @@ func newController(o *Options) *controller {
 		maxBytes:    o.JournalBytes,
 		maxMemory:   o.JournalMemory,
 		maxAge:      o.JournalAge,
+		nameWait:    cmp.Or(o.NameWait, defaultNameWait),
 		journals:    map[string]*jrnl{},
 		views:       map[uint32]*conn{},
 	}

@@ -19,14 +19,14 @@ import (
 // not waited for again until it has applied what it was late with: a
 // stalled client costs others one wait, not one a change.
 
-// nameWait bounds the wait: a name change is not worth an open's wait.
-// (A variable for tests.)
-var nameWait = time.Second
+// defaultNameWait bounds the wait (Options.NameWait): a name change is
+// not worth an open's wait.
+const defaultNameWait = time.Second
 
 // waitingNames wraps the handler of a request that changes names.
 func waitingNames(h handler) handler {
 	return func(c *conn, ctx context.Context, d *p9wire.Dec) (p9wire.Message, syscall.Errno) {
-		if c.onJournal(d) {
+		if c.s.ctl.nameWait < 0 || c.onJournal(d) {
 			return h(c, ctx, d) // a journal's Tlcreate: no one's names
 		}
 		marks := c.s.ctl.marks(c.journal.Load())
@@ -75,7 +75,7 @@ func (ctl *controller) marks(own *jrnl) []jmark {
 }
 
 // waitMarks waits until the journals given records since marks were
-// taken have applied them, up to nameWait in all.
+// taken have applied them, up to ctl.nameWait in all.
 func (ctl *controller) waitMarks(ctx context.Context, ms []jmark) {
 	var deadline *time.Timer
 	expired := false
@@ -87,7 +87,7 @@ func (ctl *controller) waitMarks(ctx context.Context, ms []jmark) {
 			continue
 		}
 		if deadline == nil {
-			deadline = time.NewTimer(nameWait)
+			deadline = time.NewTimer(ctl.nameWait)
 			defer deadline.Stop()
 		}
 		if !expired && m.j.waitApplied(ctx, deadline.C) {

@@ -57,9 +57,7 @@ func answeredOnly(t *testing.T, ch <-chan reply, typ uint8, what, after string, 
 // returned finds no old entry. A client that lets the wait time out is
 // not waited for again until it caught up.
 func TestNameChangeWaitsForJournals(t *testing.T) {
-	defer func(w time.Duration) { nameWait = w }(nameWait)
-	nameWait = time.Minute
-	f := newFixture(t, Options{NoRootSquash: true})
+	f := newFixture(t, Options{NoRootSquash: true, NameWait: time.Minute})
 	os.Mkdir(filepath.Join(f.dir, "d"), 0o755)
 	c := f.jdial(t, testUUID, true)
 	c.walkTo(t, 1, "d")
@@ -74,8 +72,8 @@ func TestNameChangeWaitsForJournals(t *testing.T) {
 		c.c.Write(frame(tRead, 9, uint32(jfid), seqAfter(recs), uint32(60000)))
 	})
 
-	// The client reads no more: the unlink waits nameWait, once.
-	nameWait = 100 * time.Millisecond
+	// The client reads no more: the unlink waits NameWait, once.
+	f.s.ctl.nameWait = 100 * time.Millisecond
 	o.must(t, "walk d", twalk(3, 0, 61, "d"))
 	if r := <-o.send(frame(tUnlinkat, 4, uint32(61), "x", uint32(0))); r.typ != tUnlinkat+1 {
 		t.Fatalf("the unlink: reply type %d", r.typ)
