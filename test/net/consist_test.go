@@ -64,9 +64,10 @@ type c2oMode struct {
 	lower    bool // the writer is a program in LOWER, not client A
 	appended bool
 	held     bool // B and C keep the file open for reading meanwhile
-	// statNow: the file keeps its name, so a stat before the open is
-	// current too: the writer's delayed writes, told at its close. (A
-	// new name shows within one journal delivery: not counted.)
+	// statNow: a stat before the open is current too: the writer's
+	// delayed writes, told at its close, and its name changes, which
+	// return once the readers' journals applied them. (A new name made
+	// in LOWER shows within one journal delivery: not counted.)
 	statNow bool
 	op      func(t *testing.T, dir, name string, v int)
 }
