@@ -13,6 +13,9 @@ type file struct {
 	lower layer.Handle
 }
 
+// WriteShared passes on the lower file's (layer.WriteShared).
+func (f *file) WriteShared() bool { return layer.IsWriteShared(f.lower) }
+
 // lowerHandle returns the handle below h (nil for nil).
 func lowerHandle(h layer.Handle) layer.Handle {
 	if f, ok := h.(*file); ok {

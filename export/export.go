@@ -92,6 +92,11 @@ type Options struct {
 	// client to write back a file's dirty data (0: 10 s); past it the
 	// open goes on without them, and says so in the log (sprite.go).
 	RecallTimeout time.Duration
+	// NameWait bounds how long a request that changes names waits for
+	// the other clients that cache the directory to apply its record
+	// (namewait.go; 0: 1 s; negative: no wait, and a stat on another
+	// client may show the old name for one journal delivery).
+	NameWait time.Duration
 	// Lease is how long a client that lost its connection keeps its
 	// claim to dirty data: opens of its files wait that long for it to
 	// come back and write them back (0: 20 s).

@@ -24,15 +24,15 @@ func init() {
 	handlers[p9wire.Twalk] = (*conn).walk
 	handlers[p9wire.Txattrwalk] = (*conn).xattrwalk
 	handlers[p9wire.Tclunk] = (*conn).clunk
-	handlers[p9wire.Tremove] = (*conn).remove
-	handlers[p9wire.Tlink] = (*conn).link
-	handlers[p9wire.Trenameat] = (*conn).renameat
-	handlers[p9wire.Trename] = (*conn).rename
+	handlers[p9wire.Tremove] = waitingNames((*conn).remove)
+	handlers[p9wire.Tlink] = waitingNames((*conn).link)
+	handlers[p9wire.Trenameat] = waitingNames((*conn).renameat)
+	handlers[p9wire.Trename] = waitingNames((*conn).rename)
 
 	handlers[p9wire.Tgetattr] = on(0, anyKind, kind.getattr)
 	handlers[p9wire.Tstatfs] = on(lax, anyKind, kind.statfs)
 	handlers[p9wire.Tlopen] = on(changes, anyKind, kind.lopen)
-	handlers[p9wire.Tlcreate] = on(changes, anyKind, kind.lcreate)
+	handlers[p9wire.Tlcreate] = waitingNames(on(changes, anyKind, kind.lcreate))
 	handlers[p9wire.Tread] = on(0, anyKind, kind.read)
 	handlers[p9wire.Twrite] = on(0, anyKind, kind.write)
 	handlers[p9wire.Treaddir] = on(0, anyKind, kind.readdir)
@@ -41,10 +41,10 @@ func init() {
 	handlers[p9wire.Txattrcreate] = on(changes, fileOf, fileKind.xattrcreate)
 	handlers[p9wire.Tlock] = on(0, fileOf, fileKind.lock)
 	handlers[p9wire.Tgetlock] = on(0, fileOf, fileKind.getlock)
-	handlers[p9wire.Tmkdir] = on(0, placeOf, (*place).mkdir)
-	handlers[p9wire.Tsymlink] = on(0, placeOf, (*place).symlink)
-	handlers[p9wire.Tmknod] = on(0, placeOf, (*place).mknod)
-	handlers[p9wire.Tunlinkat] = on(0, placeOf, (*place).unlinkat)
+	handlers[p9wire.Tmkdir] = waitingNames(on(0, placeOf, (*place).mkdir))
+	handlers[p9wire.Tsymlink] = waitingNames(on(0, placeOf, (*place).symlink))
+	handlers[p9wire.Tmknod] = waitingNames(on(0, placeOf, (*place).mknod))
+	handlers[p9wire.Tunlinkat] = waitingNames(on(0, placeOf, (*place).unlinkat))
 	handlers[p9wire.Treadlink] = on(lax, placeOf, (*place).readlink)
 }
 

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -33,8 +34,9 @@ type controller struct {
 	maxJournals                int
 	maxBytes, maxMemory        int64 // jbounds.go
 	maxAge                     time.Duration
-	made, sent, resets, queued atomic.Int64 // records (stats)
-	bytes, idleBytes           atomic.Int64 // all journals', and those without a connection (jbounds.go)
+	nameWait                   time.Duration // Options.NameWait, its default made (namewait.go)
+	made, sent, resets, queued atomic.Int64  // records (stats)
+	bytes, idleBytes           atomic.Int64  // all journals', and those without a connection (jbounds.go)
 
 	mu       sync.Mutex
 	journals map[string]*jrnl
@@ -54,6 +56,7 @@ func newController(o *Options) *controller {
 		maxBytes:    o.JournalBytes,
 		maxMemory:   o.JournalMemory,
 		maxAge:      o.JournalAge,
+		nameWait:    cmp.Or(o.NameWait, defaultNameWait),
 		journals:    map[string]*jrnl{},
 		views:       map[uint32]*conn{},
 	}
@@ -89,7 +92,10 @@ type jrnl struct {
 	deleted    bool
 	sprite     bool // the client follows Sprite's rules (its hello)
 	follows    bool // and takes Follow (journal.Follows in its hello)
-	delegates  bool // and takes Delegate (journal.Delegates in its hello)
+	delegates  bool // and takes delegations (journal.Delegates in its hello)
+	// late is the seq a name change's wait for this client gave up on:
+	// not waited for again until it applied that (namewait.go).
+	late uint64
 }
 
 // find returns the journal of name, after deleting those gone too long.
@@ -489,6 +495,19 @@ func (s *Server) heldNode(k nodeKey) layer.Node {
 		}
 	}
 	return nil
+}
+
+// others is every journal but but.
+func (ctl *controller) others(but *jrnl) []*jrnl {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	js := make([]*jrnl, 0, len(ctl.journals))
+	for _, j := range ctl.journals {
+		if j != but {
+			js = append(js, j)
+		}
+	}
+	return js
 }
 
 // waitApplied waits until the client has applied every record queued

@@ -42,15 +42,7 @@ func (j *jrnl) followsHeld() bool {
 
 // followersOf is the journals but but that follow k.
 func (s *Server) followersOf(k interestKey, but *jrnl) []*jrnl {
-	ctl := s.ctl
-	ctl.mu.Lock()
-	js := make([]*jrnl, 0, len(ctl.journals))
-	for _, j := range ctl.journals {
-		if j != but {
-			js = append(js, j)
-		}
-	}
-	ctl.mu.Unlock()
+	js := s.ctl.others(but)
 	out := js[:0]
 	for _, j := range js {
 		j.mu.Lock()

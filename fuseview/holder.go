@@ -147,9 +147,15 @@ func (dir *inode) notifyEntries() {
 	}
 }
 
-// openFlags are the FUSE open flags of a file: with coherence the page
-// cache stays valid across opens, since changes are pushed.
-func (v *view) openFlags() uint32 {
+// openFlags are the FUSE open flags of a file opened as h: with coherence
+// the page cache stays valid across opens, since changes are pushed. A
+// file write-shared with another machine is opened for direct I/O, which
+// the kernel maps only privately: a shared mapping of it fails (ENODEV)
+// rather than diverge from the other machine's (layer.WriteShared).
+func (v *view) openFlags(h layer.Handle) uint32 {
+	if layer.IsWriteShared(h) {
+		return fuse.FOPEN_DIRECT_IO
+	}
 	if v.opts.KeepCache {
 		return fuse.FOPEN_KEEP_CACHE
 	}

@@ -239,7 +239,7 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return i.child(ctx, c, &a, out), i.v.newHandle(h, c.Token()), 0, 0
+	return i.child(ctx, c, &a, out), i.v.newHandle(h, c.Token()), i.v.openFlags(h) &^ fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -281,7 +281,7 @@ func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 			return nil, 0, e
 		}
 	}
-	return i.v.newHandle(h, i.node().Token()), i.v.openFlags(), 0
+	return i.v.newHandle(h, i.node().Token()), i.v.openFlags(h), 0
 }
 
 // truncate empties the file for an open with O_TRUNC. The kernel leaves

@@ -116,6 +116,25 @@ type Passthrougher interface {
 	PassthroughFd() (fd int, ok bool)
 }
 
+// WriteShared is implemented by handles that can tell that their file is
+// open for writing on another machine too, which keeps no page of this
+// one's (a network file the server found write-shared). A mapping shared
+// there and here cannot be coherent: stores through one would never reach
+// the other, and data would be lost silently. A frontend refuses shared
+// mappings of such a handle (fuseview: mmap(MAP_SHARED) fails with
+// ENODEV), so that programs that need one (SQLite's WAL index) fail
+// loudly instead. Layers that wrap handles pass it on.
+type WriteShared interface {
+	WriteShared() bool
+}
+
+// IsWriteShared tells whether h says its file is write-shared with
+// another machine.
+func IsWriteShared(h Handle) bool {
+	w, ok := h.(WriteShared)
+	return ok && w.WriteShared()
+}
+
 // DirSeeker is implemented by nodes whose directory streams take, on a
 // new stream, any offset an earlier stream gave, whatever changed since:
 // the listing goes on after that place (the host's d_off cookies). A

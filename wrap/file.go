@@ -23,6 +23,9 @@ func (f *fs) wrapHandle(n *node, h layer.Handle, flags uint32) layer.Handle {
 	return &file{n: n, lower: h}
 }
 
+// WriteShared passes on the lower file's (layer.WriteShared).
+func (f *file) WriteShared() bool { return layer.IsWriteShared(f.lower) }
+
 // lowerHandle returns the handle below h (nil for nil).
 func lowerHandle(h layer.Handle) layer.Handle {
 	if f, ok := h.(*file); ok {

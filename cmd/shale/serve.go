@@ -49,6 +49,7 @@ type serveFlags struct {
 	journalInterest int
 	// Sprite's rules (export.Options).
 	recallTimeout time.Duration
+	nameWait      time.Duration
 	sprite        bool
 	delegate      bool
 	lease         time.Duration
@@ -165,6 +166,7 @@ to Prometheus on http://HOST:PORT/metrics.`,
 	fl.BoolVar(&f.sprite, "sprite", true, "follow Sprite's consistency rules (docs/network.md): caching clients delay their writes, and the server recalls them, or turns caching off while a file is write-shared; with --sprite=false clients write through, kept coherent by the journal alone")
 	fl.BoolVar(&f.delegate, "delegate", false, "with --sprite, grant caching clients read delegations: their opens for reading of a file no one writes need no request until the server takes it back (docs/network.md)")
 	fl.DurationVar(&f.recallTimeout, "recall-timeout", 10*time.Second, "how long an open waits for a connected client to write back its delayed writes of the file; past it the open goes on without them")
+	fl.DurationVar(&f.nameWait, "name-wait", time.Second, "how long a client's rename, unlink or create waits for the other clients that cache the directory to drop their old entry, so that a stat there after it returned is current (docs/network.md); 0 for no wait: a stat may then show the old name for one journal delivery")
 	fl.DurationVar(&f.lease, "lease", 20*time.Second, "how long a client that lost its connection keeps its claim to its delayed writes: opens of its files wait that long for it to come back")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "after a server here ended uncleanly (a crash, kill -9): how long opens wait for clients to reclaim their delayed writes; 0 for not at all")
 	fl.StringVar(&f.metricsAddr, "metrics", "", "serve the server's counters to Prometheus on http://HOST:PORT/metrics")
@@ -275,6 +277,8 @@ func runServe(f *serveFlags, args []string) error {
 	switch {
 	case f.recallTimeout <= 0:
 		return fmt.Errorf("--recall-timeout %v: say a positive duration such as 10s", f.recallTimeout)
+	case f.nameWait < 0:
+		return fmt.Errorf("--name-wait %v: say a duration such as 1s, or 0 for none", f.nameWait)
 	case f.lease <= 0:
 		return fmt.Errorf("--lease %v: say a positive duration such as 20s", f.lease)
 	case f.grace < 0:
@@ -372,6 +376,7 @@ func runServe(f *serveFlags, args []string) error {
 		Sprite:        f.sprite,
 		Delegate:      f.delegate,
 		RecallTimeout: f.recallTimeout,
+		NameWait:      nameWait(f.nameWait),
 		Lease:         f.lease,
 		Grace:         grace,
 		RightsFile:    rightsPath(addr.String(), what),
@@ -515,4 +520,12 @@ func listenConfig(f *serveFlags, addr p9net.Addr) (p9net.ListenConfig, error) {
 		lc.SocketGID = gid
 	}
 	return lc, nil
+}
+
+// nameWait is export.Options.NameWait of --name-wait: 0 is none.
+func nameWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -67,6 +67,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--recall-timeout", "0", lower}, "--recall-timeout 0s"},
 		{[]string{"--recall-timeout", "-5s", lower}, "--recall-timeout -5s"},
 		{[]string{"--lease", "0", lower}, "--lease 0s"},
+		{[]string{"--name-wait", "-1s", lower}, "--name-wait -1s"},
 		{[]string{"--grace", "-1s", lower}, "--grace -1s"},
 		{[]string{"--grace", "later", lower}, `"later"`},
 		{[]string{"--metrics", "bogus", lower}, "metrics address bogus"},

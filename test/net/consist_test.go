@@ -64,9 +64,10 @@ type c2oMode struct {
 	lower    bool // the writer is a program in LOWER, not client A
 	appended bool
 	held     bool // B and C keep the file open for reading meanwhile
-	// statNow: the file keeps its name, so a stat before the open is
-	// current too: the writer's delayed writes, told at its close. (A
-	// new name shows within one journal delivery: not counted.)
+	// statNow: a stat before the open is current too: the writer's
+	// delayed writes, told at its close, and its name changes, which
+	// return once the readers' journals applied them. (A new name made
+	// in LOWER shows within one journal delivery: not counted.)
 	statNow bool
 	op      func(t *testing.T, dir, name string, v int)
 }
@@ -118,8 +119,8 @@ var c2oModes = []c2oMode{
 		c2oWrite(t, filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE, 0, c2oContent(v))
 	}},
 	{name: "truncate", statNow: true, op: c2oTrunc},
-	{name: "rename", op: c2oRename},
-	{name: "recreate", op: func(t *testing.T, dir, name string, v int) {
+	{name: "rename", statNow: true, op: c2oRename},
+	{name: "recreate", statNow: true, op: func(t *testing.T, dir, name string, v int) {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
