@@ -250,9 +250,7 @@ func (n *node) Unpin() {
 	if last {
 		n.fs.tree.Lock()
 		delete(n.fs.pinned, n)
-		for m := n.parent; m != nil; m = m.parent {
-			above = append(above, m)
-		}
+		above = n.aboveLocked()
 		n.fs.tree.Unlock()
 	}
 	n.pinMu.Unlock()
@@ -274,17 +272,28 @@ func (n *node) Unpin() {
 	}()
 }
 
-// pinnedBelowLocked tells whether a pinned node is beneath n; fs.tree is
-// held.
+// aboveLocked is the directories the write-back of n's file may walk
+// through: above n, and above the other nodes of its file, whose names
+// are its path once n's own went (a hard link's); fs.tree is held.
+func (n *node) aboveLocked() []*node {
+	var above []*node
+	for _, t := range n.twinsLocked() {
+		for m := t.parent; m != nil; m = m.parent {
+			above = append(above, m)
+		}
+	}
+	return above
+}
+
+// pinnedBelowLocked tells whether a pinned node is beneath n, by its own
+// names or its file's others; fs.tree is held.
 func (n *node) pinnedBelowLocked() bool {
 	if len(n.children) == 0 {
 		return false
 	}
 	for p := range n.fs.pinned {
-		for m := p.parent; m != nil; m = m.parent {
-			if m == n {
-				return true
-			}
+		if slices.Contains(p.aboveLocked(), n) {
+			return true
 		}
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/writeback"
 )
 
 // A file with delayed writes here that another client linked keeps them
@@ -152,5 +153,43 @@ func TestSetMtimeKeepsDelayedWrites(t *testing.T) {
 	}
 	if st := a.fs.Stats().Sprite; st.WriteBacks["setattr"] != 0 || st.WriteBacks["fsync"] != 1 {
 		t.Fatalf("write-backs: %v", st.WriteBacks)
+	}
+}
+
+// A file whose own name went keeps a hard link's name in the client's
+// tree, and the directory that name is in stays there too while the
+// file has delayed writes, even when the kernel forgets the directory
+// and the file (a reconnection makes it forget all it can): the
+// write-back after a restart goes by that name. Before, the directory
+// left the tree (only the pinned node's own directories were kept), the
+// file had no path, and its bytes went to a conflict copy (a soak with
+// --delegate, c1.8's f07).
+func TestAliasPathAfterDirForgotten(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	var at layer.Attr
+	d, e := a.Mkdir(bg, "d", 0o755, &at)
+	must(t, e, "mkdir")
+	f, h := create(t, d, "f06")
+	write(t, h, 0, "first")
+	b, e := d.Link(bg, f, "f07", &at)
+	must(t, e, "link")
+	b.Forget() // the kernel keeps one inode for both names: f06's
+	_, hc := create(t, d, "f13")
+	hc.Release(bg)
+	must(t, d.Rename(bg, "f13", d, "f06", 0), "rename f13 f06")
+	write(t, h, 5, " then more")
+	h.Release(bg)
+	f.Forget() // the kernel forgets the file and the directory
+	d.Forget()
+	x.restart(t, 0)
+	if e := a.fs.wb.WriteBack(bg, f.Token(), writeback.Age); e != 0 {
+		t.Fatalf("write-back after the restart: %v", e)
+	}
+	if got := x.onServer(t, "d/f07"); got != "first then more" {
+		t.Fatalf("the server's d/f07 has %q", got)
+	}
+	if st := a.fs.Stats().Sprite; st.Lost != 0 || st.Discarded != 0 {
+		t.Fatalf("a's stats: %+v", st)
 	}
 }
