@@ -67,6 +67,7 @@ func (h *handle) Hold(ctx context.Context) layer.Errno {
 	_, _, _, e := h.use(ctx)
 	return e
 }
+
 // WriteShared: the server found the file open for writing on another
 // client too (layer.WriteShared): what it caches of it is not kept.
 func (h *handle) WriteShared() bool { return h.fs.wb.Uncached(h.n.tok) }
