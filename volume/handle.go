@@ -1,0 +1,138 @@
+package volume
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// handle is an open file: its shared state and the lock owners that used
+// it (locks are this client's: see docs/volume.md).
+type handle struct {
+	f     *fileState
+	flags uint32
+
+	mu     sync.Mutex
+	owners []lockOwner
+}
+
+type lockOwner struct {
+	owner uint64
+	flock bool
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	f, e := n.fs.acquire(ctx, n.ino, true)
+	if e != 0 {
+		return nil, e
+	}
+	h := &handle{f: f, flags: flags}
+	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY {
+		if e := f.truncate(ctx, 0); e != 0 {
+			n.fs.release(f)
+			return nil, e
+		}
+		if e := f.writeBack(ctx); e != 0 {
+			n.fs.release(f)
+			return nil, e
+		}
+		n.fs.raise(ctx, layer.Data, n.ino, "")
+	}
+	return h, 0
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	return h.f.read(ctx, dest, off)
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
+	k, e := h.f.write(ctx, data, off)
+	if e == 0 && h.f.fs.st.Events().Active() {
+		c, _ := layer.CallerOf(ctx)
+		h.f.fs.st.Events().RaiseIn(ctx, layer.Event{Kind: layer.Data, Token: token(h.f.ino), View: c.View, Off: off, Len: int64(k)})
+	}
+	return k, e
+}
+
+// Flush writes back at every close: the next open, on any client, reads
+// what was written (close-to-open).
+func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
+	h.f.fs.st.Locks().Release(token(h.f.ino), owner, false)
+	h.mu.Lock()
+	h.owners = slices.DeleteFunc(h.owners, func(o lockOwner) bool { return o == lockOwner{owner, false} })
+	h.mu.Unlock()
+	return h.f.writeBack(ctx)
+}
+
+func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno { return h.f.writeBack(ctx) }
+
+func (h *handle) Release(ctx context.Context) layer.Errno {
+	h.mu.Lock()
+	for _, o := range h.owners {
+		h.f.fs.st.Locks().Release(token(h.f.ino), o.owner, o.flock)
+	}
+	h.mu.Unlock()
+	e := h.f.writeBack(ctx)
+	h.f.fs.release(h.f)
+	return e
+}
+
+// Allocate: blocks are objects made when written, so there is nothing to
+// reserve; growing the size is all posix_fallocate needs.
+func (h *handle) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
+	switch mode {
+	case 0:
+		h.f.mu.Lock()
+		grow := uint64(off+size) > h.f.size
+		h.f.mu.Unlock()
+		if grow {
+			return h.f.truncate(ctx, uint64(off+size))
+		}
+		return 0
+	case unix.FALLOC_FL_KEEP_SIZE:
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// Lseek: the data is taken to reach the size (holes are not reported).
+func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
+	h.f.mu.Lock()
+	size := int64(h.f.size)
+	h.f.mu.Unlock()
+	if off >= size {
+		return 0, syscall.ENXIO
+	}
+	if whence == unix.SEEK_DATA {
+		return off, 0
+	}
+	return size, 0
+}
+
+// CopyFileRange: not here; the kernel copies through reads and writes.
+func (h *handle) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, dstOff int64, n int, flags uint32) (int, layer.Errno) {
+	return 0, syscall.ENOSYS
+}
+
+func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
+	h.f.fs.st.Locks().Get(token(h.f.ino), owner, lk)
+	return 0
+}
+
+func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
+	e := h.f.fs.st.Locks().Set(ctx, token(h.f.ino), owner, lk, wait)
+	if e == 0 && lk.Type != syscall.F_UNLCK {
+		o := lockOwner{owner, lk.Flock}
+		h.mu.Lock()
+		if !slices.Contains(h.owners, o) {
+			h.owners = append(h.owners, o)
+		}
+		h.mu.Unlock()
+	}
+	return e
+}

@@ -1,0 +1,172 @@
+package volume
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+)
+
+// ntx is one namespace operation's transaction: the inodes it read,
+// changed in place and written back once at commit, whatever the order of
+// the steps (a rename within one directory changes its one inode twice).
+type ntx struct {
+	fs     *FS
+	tx     Tx
+	inodes map[uint64]*Inode // nil: read, absent
+	dirty  map[uint64]bool
+	freed  []string // objects no longer referenced
+	now    int64
+}
+
+// load reads the inodes not read yet, in one request.
+func (t *ntx) load(inos ...uint64) error {
+	var keys []string
+	var want []uint64
+	for _, ino := range inos {
+		if _, ok := t.inodes[ino]; !ok {
+			keys = append(keys, t.fs.k.inode(ino))
+			want = append(want, ino)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	vals, err := t.tx.Get(keys...)
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		if v == nil {
+			t.inodes[want[i]] = nil
+			continue
+		}
+		in, err := decodeInode(v)
+		if err != nil {
+			return err
+		}
+		t.inodes[want[i]] = in
+	}
+	return nil
+}
+
+// inode is inode ino, read if need be; ENOENT if there is none.
+func (t *ntx) inode(ino uint64) (*Inode, error) {
+	if err := t.load(ino); err != nil {
+		return nil, err
+	}
+	if t.inodes[ino] == nil {
+		return nil, syscall.ENOENT
+	}
+	return t.inodes[ino], nil
+}
+
+// dir is inode ino, which must be a directory.
+func (t *ntx) dir(ino uint64) (*Inode, error) {
+	in, err := t.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !in.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	return in, nil
+}
+
+// dirents reads entries (directory, name pairs) in one request; a
+// missing one is nil.
+func (t *ntx) dirents(pairs ...any) ([]*Dirent, error) {
+	var keys []string
+	for i := 0; i < len(pairs); i += 2 {
+		keys = append(keys, t.fs.k.dirent(pairs[i].(uint64), pairs[i+1].(string)))
+	}
+	vals, err := t.tx.Get(keys...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Dirent, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		out[i] = &Dirent{}
+		if err := json.Unmarshal(v, out[i]); err != nil {
+			return nil, fmt.Errorf("bad directory entry %s: %v", keys[i], err)
+		}
+	}
+	return out, nil
+}
+
+// touch marks inode ino changed; times says which times become now
+// ('m': mtime and ctime, 'c': ctime).
+func (t *ntx) touch(ino uint64, times byte) {
+	in := t.inodes[ino]
+	switch times {
+	case 'm':
+		in.Mtime, in.Ctime = t.now, t.now
+	case 'c':
+		in.Ctime = t.now
+	}
+	t.dirty[ino] = true
+}
+
+// putEntry makes name in dir lead to ino; addEntry counts it too.
+func (t *ntx) putEntry(dir uint64, name string, ino uint64, typ uint32) {
+	t.tx.Put(t.fs.k.dirent(dir, name), mustJSON(Dirent{Ino: ino, Type: typ}))
+}
+
+func (t *ntx) addEntry(dir uint64, name string, ino uint64, typ uint32) {
+	t.putEntry(dir, name, ino, typ)
+	t.inodes[dir].Entries++
+	t.touch(dir, 'm')
+}
+
+func (t *ntx) delEntry(dir uint64, name string) {
+	t.tx.Delete(t.fs.k.dirent(dir, name))
+	t.inodes[dir].Entries--
+	t.touch(dir, 'm')
+}
+
+// unlinkInode drops one link of ino, and the inode with its extended
+// attributes and blocks with the last one. A directory's last link is
+// its entry in its parent (its "." is not counted here).
+func (t *ntx) unlinkInode(ino uint64) {
+	in := t.inodes[ino]
+	if in.isDir() {
+		in.Nlink = 0
+	} else if in.Nlink > 0 {
+		in.Nlink--
+	}
+	if in.Nlink > 0 {
+		t.touch(ino, 'c')
+		return
+	}
+	for _, b := range in.Blocks {
+		if b.ID != "" {
+			t.freed = append(t.freed, b.ID)
+		}
+	}
+	t.tx.Delete(t.fs.k.inode(ino))
+	t.tx.DeletePrefix(t.fs.k.xattrs(ino))
+	delete(t.dirty, ino)
+	t.inodes[ino] = nil
+}
+
+// newInode adds a new inode to the transaction.
+func (t *ntx) newInode(ino uint64, in *Inode) {
+	in.Atime, in.Mtime, in.Ctime = t.now, t.now, t.now
+	t.inodes[ino] = in
+	t.dirty[ino] = true
+}
+
+// commit writes the changed inodes and the garbage record.
+func (t *ntx) commit() {
+	for ino := range t.dirty {
+		if in := t.inodes[ino]; in != nil {
+			t.tx.Put(t.fs.k.inode(ino), mustJSON(in))
+		}
+	}
+	if len(t.freed) > 0 {
+		t.tx.Put(t.fs.k.garbage()+fmt.Sprintf("%019d-%08x", t.now, rand.Uint32()), mustJSON(Garbage{Time: t.now, IDs: t.freed}))
+	}
+}
