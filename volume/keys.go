@@ -25,18 +25,18 @@ func newKeys(name string) keys { return keys{p: "shale/" + name + "/"} }
 
 func (k keys) format() string          { return k.p + "format" }
 func (k keys) next() string            { return k.p + "next" }
-func (k keys) inode(ino uint64) string { return k.p + "i/" + hex(ino) }
-func (k keys) dir(ino uint64) string   { return k.p + "d/" + hex(ino) + "/" }
+func (k keys) inode(ino uint64) string { return k.p + "i/" + hexIno(ino) }
+func (k keys) dir(ino uint64) string   { return k.p + "d/" + hexIno(ino) + "/" }
 func (k keys) dirent(dir uint64, name string) string {
 	return k.dir(dir) + name
 }
-func (k keys) xattrs(ino uint64) string { return k.p + "x/" + hex(ino) + "/" }
+func (k keys) xattrs(ino uint64) string { return k.p + "x/" + hexIno(ino) + "/" }
 func (k keys) xattr(ino uint64, name string) string {
 	return k.xattrs(ino) + name
 }
 func (k keys) garbage() string { return k.p + "g/" }
 
-func hex(ino uint64) string { return fmt.Sprintf("%016x", ino) }
+func hexIno(ino uint64) string { return fmt.Sprintf("%016x", ino) }
 
 // parse says what a key of the volume names: its kind ('i', 'd', 'x',
 // 'g' or 0), its inode and, for 'd' and 'x', the name.
