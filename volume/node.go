@@ -285,8 +285,10 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 	return &node{fs: n.fs, ino: tn.ino}, 0
 }
 
-func (n *node) Unlink(ctx context.Context, name string) layer.Errno { return n.remove(ctx, name, false) }
-func (n *node) Rmdir(ctx context.Context, name string) layer.Errno  { return n.remove(ctx, name, true) }
+func (n *node) Unlink(ctx context.Context, name string) layer.Errno {
+	return n.remove(ctx, name, false)
+}
+func (n *node) Rmdir(ctx context.Context, name string) layer.Errno { return n.remove(ctx, name, true) }
 
 // remove takes name out of n, and its inode with its last link.
 func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno {
