@@ -8,48 +8,73 @@ import (
 	"github.com/shalefs/shale/layer"
 )
 
-// dirStream is a directory's listing as one read of its entries gave it:
-// offsets are places in that list, so a listing goes on where it was
-// whatever changes meanwhile (as a snapshot can).
+// dirStream lists a directory. Entries come in name order (etcd's key
+// order), and every offset handed out stands for its entry's name: a
+// seek to one lists afresh the names after it, so a listing goes on
+// where it was whatever was added or removed meanwhile.
 type dirStream struct {
-	ents []layer.DirEntry
-	pos  int
+	n     *node
+	ents  []layer.DirEntry
+	pos   int
+	names map[uint64]string // every offset handed out: the name it follows
+	next  uint64
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
-	in, err := n.fs.getInode(ctx, n.ino)
+	d := &dirStream{n: n, names: map[uint64]string{}, next: 1}
+	if e := d.load(ctx, ""); e != 0 {
+		return nil, e
+	}
+	return d, 0
+}
+
+// load lists the entries after name ("": all, "." and ".." first).
+func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
+	fs, ino := d.n.fs, d.n.ino
+	in, err := fs.getInode(ctx, ino)
 	if err != nil {
-		return nil, n.fs.errnoOf("opendir", err)
+		return fs.errnoOf("opendir", err)
 	}
 	if !in.isDir() {
-		return nil, syscall.ENOTDIR
+		return syscall.ENOTDIR
 	}
-	cctx, cancel := n.fs.ctx(ctx)
+	cctx, cancel := fs.ctx(ctx)
 	defer cancel()
-	prefix := n.fs.k.dir(n.ino)
-	kvs, _, err := n.fs.eng.List(cctx, prefix, 0)
+	prefix := fs.k.dir(ino)
+	kvs, _, err := fs.eng.List(cctx, prefix, 0)
 	if err != nil {
-		return nil, n.fs.errnoOf("readdir", err)
+		return fs.errnoOf("readdir", err)
 	}
 	parent := in.Parent
 	if parent == 0 {
-		parent = n.ino
+		parent = ino
 	}
-	ents := []layer.DirEntry{
-		{Name: ".", Ino: n.ino, Type: syscall.S_IFDIR},
-		{Name: "..", Ino: parent, Type: syscall.S_IFDIR},
+	var ents []layer.DirEntry
+	if after == "" {
+		ents = append(ents, layer.DirEntry{Name: ".", Ino: ino, Type: syscall.S_IFDIR})
 	}
+	if after == "" || after == "." {
+		ents = append(ents, layer.DirEntry{Name: "..", Ino: parent, Type: syscall.S_IFDIR})
+	}
+	dots := after == "" || after == "." || after == ".."
 	for _, kv := range kvs {
-		var d Dirent
-		if err := json.Unmarshal(kv.Val, &d); err != nil {
-			return nil, n.fs.errnoOf("readdir", err)
+		name := kv.Key[len(prefix):]
+		if !dots && name <= after {
+			continue
 		}
-		ents = append(ents, layer.DirEntry{Name: kv.Key[len(prefix):], Ino: d.Ino, Type: d.Type})
+		var de Dirent
+		if err := json.Unmarshal(kv.Val, &de); err != nil {
+			return fs.errnoOf("readdir", err)
+		}
+		ents = append(ents, layer.DirEntry{Name: name, Ino: de.Ino, Type: de.Type})
 	}
 	for i := range ents {
-		ents[i].Off = uint64(i + 1)
+		ents[i].Off = d.next
+		d.names[d.next] = ents[i].Name
+		d.next++
 	}
-	return &dirStream{ents: ents}, 0
+	d.ents, d.pos = ents, 0
+	return 0
 }
 
 func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -61,8 +86,17 @@ func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno
 }
 
 func (d *dirStream) Seek(ctx context.Context, off uint64) layer.Errno {
-	d.pos = int(min(off, uint64(len(d.ents))))
-	return 0
+	if off == 0 {
+		return d.load(ctx, "")
+	}
+	if d.pos > 0 && d.ents[d.pos-1].Off == off {
+		return 0 // where we are
+	}
+	name, ok := d.names[off]
+	if !ok {
+		return syscall.EINVAL
+	}
+	return d.load(ctx, name)
 }
 
 func (d *dirStream) Fsync(ctx context.Context, datasync bool) layer.Errno { return 0 }

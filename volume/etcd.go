@@ -3,7 +3,6 @@ package volume
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -75,7 +74,7 @@ func (e *etcdEngine) Get(ctx context.Context, key string) ([]byte, error) {
 	if len(r.Kvs) == 0 {
 		return nil, nil
 	}
-	return r.Kvs[0].Value, nil
+	return present(r.Kvs[0].Value), nil
 }
 
 func (e *etcdEngine) List(ctx context.Context, prefix string, limit int) ([]KV, int64, error) {
@@ -94,8 +93,13 @@ func (e *etcdEngine) List(ctx context.Context, prefix string, limit int) ([]KV, 
 	return kvs, r.Header.Revision, nil
 }
 
-// errConflict is a commit refused because something read changed.
-var errConflict = errors.New("transaction conflict")
+// present keeps an empty value apart from an absent one (nil).
+func present(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
 
 func (e *etcdEngine) Txn(ctx context.Context, fn func(tx Tx) error) (int64, error) {
 	for attempt := 0; ; attempt++ {
@@ -162,7 +166,7 @@ func (t *etcdTx) Get(keys ...string) ([][]byte, error) {
 		kvs := rr.GetResponseRange().Kvs
 		var rev int64
 		if len(kvs) > 0 {
-			out[idx[j]] = kvs[0].Value
+			out[idx[j]] = present(kvs[0].Value)
 			rev = kvs[0].ModRevision
 		}
 		if old, ok := t.reads[k]; !ok || old == rev {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shalefs/shale/layer"
 )
 
@@ -35,6 +37,10 @@ type fileState struct {
 	changed bool   // something to write back
 	gone    bool   // the inode was removed
 }
+
+// maxSize is the largest file, ext4's with 4 KiB blocks: larger sizes are
+// EFBIG, as there.
+const maxSize = 1<<44 - 4096
 
 // dirtyMax bounds the bytes a file keeps before it is written back.
 const dirtyMax = 64 << 20
@@ -220,6 +226,9 @@ func copyPart(dest []byte, off, end, start int64, data []byte) {
 func (f *fileState) write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	bs := f.bs()
 	end := off + int64(len(data))
+	if end > maxSize {
+		return 0, syscall.EFBIG
+	}
 	for i := off / bs; i*bs < end; i++ {
 		start := i * bs
 		lo, hi := max(off, start)-start, min(end, start+bs)-start
@@ -268,6 +277,9 @@ func (f *fileState) write(ctx context.Context, data []byte, off int64) (int, lay
 // truncate sets the size; the block it now ends in keeps only the bytes
 // below it, and those above are dropped at the write-back.
 func (f *fileState) truncate(ctx context.Context, size uint64) layer.Errno {
+	if size > maxSize {
+		return syscall.EFBIG
+	}
 	bs := f.bs()
 	i, r := int64(size)/bs, int64(size)%bs
 	f.mu.Lock()
@@ -315,4 +327,63 @@ func (f *fileState) truncate(ctx context.Context, size uint64) layer.Errno {
 	f.mtime, f.ctime, f.changed = now, now, true
 	f.seq++
 	return 0
+}
+
+// zero makes [off, end) of the file read as zeros, within its size:
+// whole blocks become holes, parts of blocks are written with zeros.
+func (f *fileState) zero(ctx context.Context, off, end int64) layer.Errno {
+	bs := f.bs()
+	f.mu.Lock()
+	end = min(end, int64(f.size))
+	f.mu.Unlock()
+	for i := off / bs; i*bs < end; i++ {
+		start := i * bs
+		lo, hi := max(off, start), min(end, start+bs)
+		if lo == start && hi == start+bs {
+			f.mu.Lock()
+			f.dbytes -= int64(len(f.dirty[i]))
+			f.seq++
+			f.dirty[i], f.ver[i] = []byte{}, f.seq
+			f.changed = true
+			f.mu.Unlock()
+			continue
+		}
+		if _, e := f.write(ctx, make([]byte, hi-lo), lo); e != 0 {
+			return e
+		}
+	}
+	f.mu.Lock()
+	now := nowNs()
+	f.mtime, f.ctime, f.changed = now, now, true
+	f.mu.Unlock()
+	return 0
+}
+
+// seek finds the next data or hole at or after off, by blocks.
+func (f *fileState) seek(off int64, whence int) (int64, layer.Errno) {
+	bs := f.bs()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	size := int64(f.size)
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if off >= size {
+		return 0, syscall.ENXIO
+	}
+	isData := func(i int64) bool {
+		if buf, ok := f.dirty[i]; ok {
+			return len(buf) > 0
+		}
+		return f.baseBlock(i).ID != ""
+	}
+	for i := off / bs; i*bs < size; i++ {
+		if isData(i) == (whence == unix.SEEK_DATA) {
+			return max(off, i*bs), 0
+		}
+	}
+	if whence == unix.SEEK_DATA {
+		return 0, syscall.ENXIO
+	}
+	return size, 0
 }

@@ -131,9 +131,12 @@ func (fs *FS) errnoOf(what string, err error) layer.Errno {
 }
 
 // ctx bounds a request so that an engine that is gone fails it with EIO
-// rather than hanging the caller for ever.
+// rather than hanging the caller for ever. The caller's cancellation is
+// not followed: go-fuse cancels on the kernel's INTERRUPT, which any
+// signal to the calling thread brings (Go's own preemption, SIGURG), and
+// an operation half done is worse than one finished.
 func (fs *FS) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, fs.timeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), fs.timeout)
 }
 
 // update runs fn as one transaction on the namespace (ntx.go) and

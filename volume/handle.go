@@ -83,35 +83,42 @@ func (h *handle) Release(ctx context.Context) layer.Errno {
 }
 
 // Allocate: blocks are objects made when written, so there is nothing to
-// reserve; growing the size is all posix_fallocate needs.
+// reserve; growing the size is all posix_fallocate needs. Punching and
+// zeroing write holes and zeros.
 func (h *handle) Allocate(ctx context.Context, off, size int64, mode uint32) layer.Errno {
-	switch mode {
-	case 0:
-		h.f.mu.Lock()
-		grow := uint64(off+size) > h.f.size
-		h.f.mu.Unlock()
-		if grow {
-			return h.f.truncate(ctx, uint64(off+size))
-		}
-		return 0
-	case unix.FALLOC_FL_KEEP_SIZE:
-		return 0
+	if off < 0 || size <= 0 {
+		return syscall.EINVAL
 	}
-	return syscall.EOPNOTSUPP
+	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {
+	case 0:
+	case unix.FALLOC_FL_PUNCH_HOLE:
+		if !keep {
+			return syscall.EOPNOTSUPP // as Linux: punching needs KEEP_SIZE
+		}
+		if e := h.f.zero(ctx, off, off+size); e != 0 {
+			return e
+		}
+	case unix.FALLOC_FL_ZERO_RANGE:
+		if e := h.f.zero(ctx, off, off+size); e != 0 {
+			return e
+		}
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	h.f.mu.Lock()
+	grow := !keep && uint64(off+size) > h.f.size
+	h.f.mu.Unlock()
+	if grow {
+		return h.f.truncate(ctx, uint64(off+size))
+	}
+	return 0
 }
 
-// Lseek: the data is taken to reach the size (holes are not reported).
+// Lseek serves SEEK_DATA and SEEK_HOLE by blocks: a block is data if it
+// has an object or bytes not written back, else a hole.
 func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer.Errno) {
-	h.f.mu.Lock()
-	size := int64(h.f.size)
-	h.f.mu.Unlock()
-	if off >= size {
-		return 0, syscall.ENXIO
-	}
-	if whence == unix.SEEK_DATA {
-		return off, 0
-	}
-	return size, 0
+	return h.f.seek(off, whence)
 }
 
 // CopyFileRange: not here; the kernel copies through reads and writes.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,9 @@ import (
 type node struct {
 	fs  *FS
 	ino uint64
+
+	mu   sync.Mutex
+	last *Inode // as last read, for a stat after its removal (fstat)
 }
 
 // rootNode is the root the backend hands the stack: Close ends the
@@ -57,17 +61,29 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 	}
 	in, err := n.fs.getInode(ctx, n.ino)
 	if err == syscall.ENOENT {
-		// Removed, but still open here: what the open file knows.
+		// Removed, but still open here: what the open file knows, or
+		// what was last seen of it.
 		if f := n.fs.openFile(n.ino); f != nil {
 			n.fs.gone(n.ino)
 			if f.attr(ctx, out) {
 				return 0
 			}
 		}
+		n.mu.Lock()
+		last := n.last
+		n.mu.Unlock()
+		if last != nil {
+			n.fs.fill(n.ino, last, out)
+			out.Nlink = 0
+			return 0
+		}
 	}
 	if err != nil {
 		return n.fs.errnoOf("getattr", err)
 	}
+	n.mu.Lock()
+	n.last = in
+	n.mu.Unlock()
 	n.fs.fill(n.ino, in, out)
 	return 0
 }
@@ -167,7 +183,7 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 	}
 	n.fs.raise(ctx, layer.Entries, n.ino, name)
 	n.fs.fill(ino, in, out)
-	return &node{fs: n.fs, ino: ino}, 0
+	return &node{fs: n.fs, ino: ino, last: in}, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *layer.Attr) (layer.Node, layer.Errno) {
@@ -296,6 +312,7 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno 
 		return e
 	}
 	var gone uint64
+	var last bool
 	e := n.fs.update(ctx, "remove", func(t *ntx) error {
 		if _, err := t.dir(n.ino); err != nil {
 			return err
@@ -320,10 +337,14 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno 
 			t.inodes[n.ino].Nlink--
 		}
 		t.unlinkInode(gone)
+		last = t.inodes[gone] == nil
 		return nil
 	})
 	if e != 0 {
 		return e
+	}
+	if last {
+		n.fs.gone(gone)
 	}
 	n.fs.raise(ctx, layer.Attrs, gone, "")
 	n.fs.raise(ctx, layer.Entries, n.ino, name)

@@ -14,6 +14,9 @@ import (
 // transaction with the inode's ctime.
 
 func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
+	if e := validXattr(name); e != 0 {
+		return 0, e
+	}
 	cctx, cancel := n.fs.ctx(ctx)
 	defer cancel()
 	v, err := n.fs.eng.Get(cctx, n.fs.k.xattr(n.ino, name))
@@ -38,6 +41,8 @@ func sized(dest, v []byte) (int, layer.Errno) {
 	return copy(dest, v), 0
 }
 
+// validXattr takes the namespaces Linux knows; others are EOPNOTSUPP,
+// as from a local file system.
 func validXattr(name string) layer.Errno {
 	if name == "" || strings.ContainsRune(name, 0) {
 		return syscall.EINVAL
@@ -45,7 +50,12 @@ func validXattr(name string) layer.Errno {
 	if len(name) > 255 {
 		return syscall.ERANGE
 	}
-	return 0
+	for _, ns := range []string{"user.", "trusted.", "security.", "system."} {
+		if strings.HasPrefix(name, ns) && len(name) > len(ns) {
+			return 0
+		}
+	}
+	return syscall.EOPNOTSUPP
 }
 
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
