@@ -107,12 +107,15 @@ func (s *blockStore) check(ctx context.Context) error {
 	return nil
 }
 
-func (s *blockStore) key(id string) string {
-	k := "blocks/" + id[:2] + "/" + id
+// key is where object id lives: PREFIX/blocks/ID[:2]/ID, spread over 256
+// directories for stores that keep a directory's names in one place.
+func (s *blockStore) key(id string) string { return s.blocksPrefix() + id[:2] + "/" + id }
+
+func (s *blockStore) blocksPrefix() string {
 	if s.d.Prefix != "" {
-		k = s.d.Prefix + "/" + k
+		return s.d.Prefix + "/blocks/"
 	}
-	return k
+	return "blocks/"
 }
 
 func newID() string {

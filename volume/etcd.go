@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // etcdEngine is the Engine on an etcd cluster (v3 API, 3.4 and later).
@@ -243,4 +244,20 @@ func send(ctx context.Context, out chan<- Change, c Change) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+func (e *etcdEngine) Lock(ctx context.Context, key string) (func(), error) {
+	s, err := concurrency.NewSession(e.c, concurrency.WithTTL(30))
+	if err != nil {
+		return nil, err
+	}
+	m := concurrency.NewMutex(s, key)
+	if err := m.TryLock(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return func() {
+		m.Unlock(context.Background())
+		s.Close()
+	}, nil
 }

@@ -20,6 +20,9 @@ type Engine interface {
 	// order, until ctx ends. A gap it cannot fill (the engine compacted
 	// the revisions away) is one Change with Lost set.
 	Watch(ctx context.Context, prefix string, rev int64) <-chan Change
+	// Lock takes the lock named key, held for this client while it lives
+	// (a lease: a client that dies loses it); unlock gives it back.
+	Lock(ctx context.Context, key string) (unlock func(), err error)
 	Close() error
 }
 

@@ -63,11 +63,11 @@ The block size and compression are recorded in the volume and fixed.`,
 	rootCmd.AddCommand(format)
 
 	vol := &cobra.Command{
-		Use:   "volume status etcd://HOST:2379[,HOST...]/NAME",
+		Use:   "volume status|gc etcd://HOST:2379[,HOST...]/NAME",
 		Short: "inspect a volume (docs/volume.md)",
 		Args:  argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return fmt.Errorf("volume %s: unknown subcommand: say shale volume status", args[0])
+			return withCode(exitUsage, fmt.Errorf("volume %s: which? say shale volume status or shale volume gc", args[0]))
 		},
 	}
 	status := &cobra.Command{
@@ -94,6 +94,32 @@ The block size and compression are recorded in the volume and fixed.`,
 			return nil
 		},
 	}
-	vol.AddCommand(status)
+	var delay time.Duration
+	gc := &cobra.Command{
+		Use:   "gc [--delay 1h] etcd://HOST:2379[,HOST...]/NAME",
+		Short: "delete the blocks no file uses any more, once they are old enough",
+		Long: `gc deletes from the bucket the blocks that no file of the volume uses any more:
+those that overwrites, truncations and removals dropped, and those a client
+wrote but never swapped in (it died during a write-back). A block is deleted
+only once it has been unused for --delay, so that a client that read a file's
+block list before the change still finds its blocks. One gc runs at a time
+per volume; a second one says so and exits.`,
+		Args: argCount(1, 1),
+		RunE: func(c *cobra.Command, args []string) error {
+			u, err := volume.ParseURL(args[0])
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			r, err := volume.GC(context.Background(), u, delay)
+			if err != nil {
+				return fmt.Errorf("volume gc %s: %w", args[0], err)
+			}
+			fmt.Printf("freed %d blocks (%s), %d of them never used; %d blocks wait for their delay\n",
+				r.Objects, humanize.IBytes(uint64(r.Bytes)), r.Orphans, r.Waiting)
+			return nil
+		},
+	}
+	gc.Flags().DurationVar(&delay, "delay", time.Hour, "how long a block stays unused before it is deleted")
+	vol.AddCommand(status, gc)
 	rootCmd.AddCommand(vol)
 }
