@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -15,6 +16,41 @@ import (
 // etcdEngine is the Engine on an etcd cluster (v3 API, 3.4 and later).
 type etcdEngine struct {
 	c *clientv3.Client
+
+	leaseMu sync.Mutex
+	lease   clientv3.LeaseID
+}
+
+// leaseTTL is how long a dead client's leased keys outlive it.
+const leaseTTL = 60
+
+func (e *etcdEngine) Lease(ctx context.Context) (int64, error) {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	if e.lease != 0 {
+		return int64(e.lease), nil
+	}
+	g, err := e.c.Grant(ctx, leaseTTL)
+	if err != nil {
+		return 0, err
+	}
+	ch, err := e.c.KeepAlive(context.Background(), g.ID)
+	if err != nil {
+		return 0, err
+	}
+	e.lease = g.ID
+	go func() {
+		for range ch {
+		}
+		// Renewal ended (Close, or the lease expired while the cluster
+		// was out of reach): the next call takes a new one.
+		e.leaseMu.Lock()
+		if e.lease == g.ID {
+			e.lease = 0
+		}
+		e.leaseMu.Unlock()
+	}()
+	return int64(g.ID), nil
 }
 
 // EtcdConfig is how to reach a cluster: its members and, for TLS, the
@@ -185,6 +221,11 @@ func (t *etcdTx) Put(key string, val []byte) {
 	}
 	t.writes[key] = val
 	t.ops = append(t.ops, clientv3.OpPut(key, string(val)))
+}
+
+func (t *etcdTx) PutLeased(key string, val []byte, lease int64) {
+	t.writes[key] = val
+	t.ops = append(t.ops, clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease))))
 }
 
 func (t *etcdTx) Delete(key string) {

@@ -36,6 +36,7 @@ type fileState struct {
 	seq     uint64 // counts changes
 	changed bool   // something to write back
 	gone    bool   // the inode was removed
+	orphan  bool   // its last link went while open here: removed at the last close
 }
 
 // maxSize is the largest file, ext4's with 4 KiB blocks: larger sizes are
@@ -98,11 +99,48 @@ func (fs *FS) release(f *fileState) {
 		fs.log.Warn("volume file closed with data that could not be written back", "volume", fs.f.Name, "ino", f.ino)
 	}
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	f.refs--
-	if f.refs == 0 && fs.files[f.ino] == f {
+	last := f.refs == 0 && fs.files[f.ino] == f
+	if last {
 		delete(fs.files, f.ino)
 	}
+	fs.mu.Unlock()
+	f.mu.Lock()
+	orphan := last && f.orphan
+	f.mu.Unlock()
+	if orphan {
+		fs.reap(f.ino)
+	}
+}
+
+// orphaned marks ino's open file as one whose last link went.
+func (fs *FS) orphaned(ino uint64) {
+	if f := fs.openFile(ino); f != nil {
+		f.mu.Lock()
+		f.orphan = true
+		if f.base != nil {
+			b := *f.base
+			b.Nlink = 0
+			f.base = &b
+		}
+		f.mu.Unlock()
+	}
+}
+
+// reap removes an orphan at its last close here, if no link came back
+// meanwhile (none can: link refuses an inode without links).
+func (fs *FS) reap(ino uint64) {
+	fs.update(context.Background(), "remove orphan", func(t *ntx) error {
+		in, err := t.inode(ino)
+		if err == syscall.ENOENT || err == nil && in.Nlink > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		t.drop(ino)
+		return nil
+	})
 }
 
 // sawData records the data version of ino this client serves now. If the

@@ -144,8 +144,13 @@ func (fs *FS) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) layer.Errno {
 	ctx, cancel := fs.ctx(ctx)
 	defer cancel()
+	lease, err := fs.eng.Lease(ctx)
+	if err != nil {
+		fs.log.Warn("no etcd lease: files removed while open are removed at once", "volume", fs.f.Name, "err", err)
+	}
+	var t *ntx
 	rev, err := fs.eng.Txn(ctx, func(tx Tx) error {
-		t := &ntx{fs: fs, tx: tx, inodes: map[uint64]*Inode{}, dirty: map[uint64]bool{}, now: nowNs()}
+		t = &ntx{fs: fs, tx: tx, inodes: map[uint64]*Inode{}, dirty: map[uint64]bool{}, now: nowNs(), lease: lease}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -153,6 +158,14 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 		return nil
 	})
 	fs.ours(rev)
+	if err == nil {
+		for _, ino := range t.removed {
+			fs.gone(ino)
+		}
+		for _, ino := range t.kept {
+			fs.orphaned(ino)
+		}
+	}
 	return fs.errnoOf(what, err)
 }
 

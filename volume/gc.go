@@ -19,6 +19,50 @@ type GCReport struct {
 	Bytes   int64 // their size in the bucket
 	Orphans int   // of them, objects no record or inode named (a write-back cut short)
 	Waiting int   // objects not yet old enough
+	Inodes  int   // orphan inodes removed: no links, and the client that had them open is gone
+}
+
+// reapOrphans removes the inodes without links whose o/ key went with
+// the lease of the client that had them open: it died, or lost the
+// cluster for longer than the lease. Their blocks go to a garbage record.
+func reapOrphans(ctx context.Context, eng Engine, k keys) (int, error) {
+	kvs, _, err := eng.List(ctx, k.p+"i/", 0)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kv := range kvs {
+		in, err := decodeInode(kv.Val)
+		if err != nil || in.Nlink > 0 || in.isDir() {
+			continue
+		}
+		_, ino, _ := k.parse(kv.Key)
+		reaped := false
+		fs := &FS{eng: eng, k: k}
+		_, err = eng.Txn(ctx, func(tx Tx) error {
+			reaped = false
+			v, err := tx.Get(k.inode(ino), k.orphan(ino))
+			if err != nil || v[0] == nil || v[1] != nil {
+				return err // gone, or still open somewhere
+			}
+			in, err := decodeInode(v[0])
+			if err != nil || in.Nlink > 0 {
+				return err
+			}
+			t := &ntx{fs: fs, tx: tx, inodes: map[uint64]*Inode{ino: in}, dirty: map[uint64]bool{}, now: nowNs()}
+			t.drop(ino)
+			t.commit()
+			reaped = true
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+		if reaped {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // ErrCollecting says another collector is at work on the volume.
@@ -65,6 +109,10 @@ func GC(ctx context.Context, u URL, delay time.Duration) (*GCReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	r := &GCReport{}
+	if r.Inodes, err = reapOrphans(ctx, eng, k); err != nil {
+		return nil, err
+	}
 	// Inodes first, then records: an object dropped in between is in a
 	// record, and waits its delay there.
 	used := map[string]bool{}
@@ -85,7 +133,6 @@ func GC(ctx context.Context, u URL, delay time.Duration) (*GCReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &GCReport{}
 	cutoff := time.Now().Add(-delay)
 	listed := map[string]bool{}
 	for _, kv := range recs {

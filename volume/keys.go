@@ -16,7 +16,9 @@ import (
 //	i/INO           inode INO: an Inode (JSON); INO is 16 hex digits
 //	d/INO/NAME      directory INO's entry NAME: a Dirent (JSON)
 //	x/INO/NAME      inode INO's extended attribute NAME: its value
-//	g/REV-RAND      blocks no longer referenced, for gc: a Garbage (JSON)
+//	g/TIME-RAND     blocks no longer referenced, for gc: a Garbage (JSON)
+//	o/INO           inode INO has no links but is open on the client whose
+//	                lease the key is bound to (an orphan)
 //
 // Inode numbers are never reused, so a token needs no generation.
 type keys struct{ p string }
@@ -34,7 +36,8 @@ func (k keys) xattrs(ino uint64) string { return k.p + "x/" + hexIno(ino) + "/" 
 func (k keys) xattr(ino uint64, name string) string {
 	return k.xattrs(ino) + name
 }
-func (k keys) garbage() string { return k.p + "g/" }
+func (k keys) garbage() string          { return k.p + "g/" }
+func (k keys) orphan(ino uint64) string { return k.p + "o/" + hexIno(ino) }
 
 func hexIno(ino uint64) string { return fmt.Sprintf("%016x", ino) }
 

@@ -20,6 +20,10 @@ type Engine interface {
 	// order, until ctx ends. A gap it cannot fill (the engine compacted
 	// the revisions away) is one Change with Lost set.
 	Watch(ctx context.Context, prefix string, rev int64) <-chan Change
+	// Lease is this client's lease: keys put with it vanish when the
+	// client stops renewing it (it died, or lost the cluster for ttl).
+	// Made on the first call, renewed until Close.
+	Lease(ctx context.Context) (int64, error)
 	// Lock takes the lock named key, held for this client while it lives
 	// (a lease: a client that dies loses it); unlock gives it back.
 	Lock(ctx context.Context, key string) (unlock func(), err error)
@@ -32,6 +36,8 @@ type Tx interface {
 	// Get reads keys in one round trip; an absent key reads nil.
 	Get(keys ...string) ([][]byte, error)
 	Put(key string, val []byte)
+	// PutLeased puts key bound to lease (Engine.Lease).
+	PutLeased(key string, val []byte, lease int64)
 	Delete(key string)
 	// DeletePrefix deletes every key under prefix (xattrs of a removed
 	// inode: they need not be read first).

@@ -312,7 +312,6 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno 
 		return e
 	}
 	var gone uint64
-	var last bool
 	e := n.fs.update(ctx, "remove", func(t *ntx) error {
 		if _, err := t.dir(n.ino); err != nil {
 			return err
@@ -337,14 +336,10 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno 
 			t.inodes[n.ino].Nlink--
 		}
 		t.unlinkInode(gone)
-		last = t.inodes[gone] == nil
 		return nil
 	})
 	if e != 0 {
 		return e
-	}
-	if last {
-		n.fs.gone(gone)
 	}
 	n.fs.raise(ctx, layer.Attrs, gone, "")
 	n.fs.raise(ctx, layer.Entries, n.ino, name)

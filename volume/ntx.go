@@ -17,6 +17,10 @@ type ntx struct {
 	dirty  map[uint64]bool
 	freed  []string // objects no longer referenced
 	now    int64
+	lease  int64 // this client's (Engine.Lease)
+	// removed are the inodes this transaction deleted; kept, those whose
+	// last link it removed while they are open here (orphans).
+	removed, kept []uint64
 }
 
 // load reads the inodes not read yet, in one request.
@@ -141,6 +145,21 @@ func (t *ntx) unlinkInode(ino uint64) {
 		t.touch(ino, 'c')
 		return
 	}
+	if !in.isDir() && t.fs.openFile(ino) != nil && t.lease != 0 {
+		// Open here: it stays, with no links, until its last close here,
+		// or until this client's lease ends (gc takes it then).
+		t.touch(ino, 'c')
+		t.tx.PutLeased(t.fs.k.orphan(ino), []byte{}, t.lease)
+		t.kept = append(t.kept, ino)
+		return
+	}
+	t.drop(ino)
+}
+
+// drop deletes inode ino with its extended attributes; its blocks go to
+// the garbage record.
+func (t *ntx) drop(ino uint64) {
+	in := t.inodes[ino]
 	for _, b := range in.Blocks {
 		if b.ID != "" {
 			t.freed = append(t.freed, b.ID)
@@ -148,8 +167,10 @@ func (t *ntx) unlinkInode(ino uint64) {
 	}
 	t.tx.Delete(t.fs.k.inode(ino))
 	t.tx.DeletePrefix(t.fs.k.xattrs(ino))
+	t.tx.Delete(t.fs.k.orphan(ino))
 	delete(t.dirty, ino)
 	t.inodes[ino] = nil
+	t.removed = append(t.removed, ino)
 }
 
 // newInode adds a new inode to the transaction.

@@ -28,10 +28,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 		return syscall.EINVAL
 	}
 	var moved, replaced uint64
-	var last bool
 	e := n.fs.update(ctx, "rename", func(t *ntx) error {
-		moved, replaced, last = 0, 0, false
-		defer func() { last = replaced != 0 && t.inodes[replaced] == nil }()
+		moved, replaced = 0, 0
 		if err := t.load(n.ino, d.ino); err != nil {
 			return err
 		}
@@ -75,9 +73,6 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	n.fs.raise(ctx, layer.Attrs, moved, "")
 	if replaced != 0 {
 		n.fs.raise(ctx, layer.Attrs, replaced, "")
-	}
-	if last {
-		n.fs.gone(replaced)
 	}
 	return 0
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/shalefs/shale/layer"
 )
 
@@ -216,4 +218,60 @@ func TestXattr(t *testing.T) {
 	if _, e := f.Getxattr(ctx0, "user.a", buf); e != syscall.ENODATA {
 		t.Fatal(e)
 	}
+}
+
+// TestOpenUnlinked: a file whose last link goes while it is open here
+// stays, without links, until its last close (its attributes and data
+// still change); a client that dies with it open leaves it to gc, once
+// its lease is gone.
+func TestOpenUnlinked(t *testing.T) {
+	lower := testVolume(t, 4096)
+	fs, root := mount(t, lower)
+	f := writeFile(t, root, "f", []byte("before"))
+	h, e := f.Open(ctx0, syscall.O_RDWR)
+	must(t, e)
+	must(t, root.Unlink(ctx0, "f"))
+	var a layer.Attr
+	must(t, f.Setattr(ctx0, h, &layer.SetAttr{Valid: layer.SetMode | layer.SetSize, Mode: 0o600, Size: 3}, &a))
+	if a.Nlink != 0 || a.Mode&0o777 != 0o600 || a.Size != 3 {
+		t.Fatalf("fchmod and ftruncate of the open unlinked file: nlink %d mode %o size %d", a.Nlink, a.Mode&0o777, a.Size)
+	}
+	_, e = h.Write(ctx0, []byte("++"), 3)
+	must(t, e)
+	buf := make([]byte, 10)
+	n, e := h.Read(ctx0, buf, 0)
+	must(t, e)
+	if string(buf[:n]) != "bef++" {
+		t.Fatalf("read %q", buf[:n])
+	}
+	must(t, f.Setxattr(ctx0, "user.x", []byte("1"), 0))
+	must(t, h.Flush(ctx0, 1))
+	must(t, h.Release(ctx0))
+	if _, err := fs.getInode(ctx0, f.Token().Ino); err != syscall.ENOENT {
+		t.Fatalf("after the last close the inode is still there: %v", err)
+	}
+
+	// A client that dies with the file open: its lease ends (revoked
+	// here, as its expiry would), and gc removes the file.
+	fs2, root2 := mount(t, lower)
+	g := writeFile(t, root2, "g", []byte("data"))
+	h2, e := g.Open(ctx0, 0)
+	must(t, e)
+	must(t, root2.Unlink(ctx0, "g"))
+	u, _ := ParseURL(lower)
+	if r, err := GC(ctx0, u, 0); err != nil || r.Inodes != 0 {
+		t.Fatalf("gc while the file is open: %+v %v", r, err)
+	}
+	lease, _ := fs2.eng.Lease(ctx0)
+	if _, err := fs2.eng.(*etcdEngine).c.Revoke(ctx0, clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := GC(ctx0, u, 0)
+	if err != nil || r.Inodes != 1 {
+		t.Fatalf("gc after the client's lease ended: %+v %v, want 1 inode removed", r, err)
+	}
+	if _, err := fs.getInode(ctx0, g.Token().Ino); err != syscall.ENOENT {
+		t.Fatalf("the orphan is still there: %v", err)
+	}
+	_ = h2
 }

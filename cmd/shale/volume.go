@@ -114,8 +114,8 @@ per volume; a second one says so and exits.`,
 			if err != nil {
 				return fmt.Errorf("volume gc %s: %w", args[0], err)
 			}
-			fmt.Printf("freed %d blocks (%s), %d of them never used; %d blocks wait for their delay\n",
-				r.Objects, humanize.IBytes(uint64(r.Bytes)), r.Orphans, r.Waiting)
+			fmt.Printf("freed %d blocks (%s), %d of them never used; %d blocks wait for their delay; %d unlinked files of dead clients removed\n",
+				r.Objects, humanize.IBytes(uint64(r.Bytes)), r.Orphans, r.Waiting, r.Inodes)
 			return nil
 		},
 	}

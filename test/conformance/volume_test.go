@@ -49,8 +49,6 @@ var volumeDiffers = func() map[string]string {
 		"times-atime-relatime", "read with atime < mtime: atime updated", "readdir with atime < mtime: atime updated")
 	add("POSIX ACLs are stored as extended attributes but neither inherited nor enforced yet, nor do they change the mode (docs/volume.md, not done yet)",
 		"modes", "as root under a default ACL", "d0777 system.posix_acl_access", "d0777 system.posix_acl_default", "f0666 system.posix_acl_access", "granted", "nobody reads through the ACL")
-	add("a file's last link removed takes its inode at once (nothing is left for a client that dies): an open file keeps its data on its client but cannot change its attributes (docs/volume.md, not done yet)",
-		"open-unlinked", "fchmod", "ftruncate", "fsetxattr", "fgetxattr", "fstat after fchmod, ftruncate", "old content")
 	add("extended attribute values may be 64 KiB each (Linux's XATTR_SIZE_MAX), where ext4 keeps all of a file's in one 4 KiB block",
 		"xattr", "set 4000 bytes", "get 4000 bytes", "set 4096 bytes", "get 4096 bytes", "set 65536 bytes", "get 65536 bytes", "largest user.max value")
 	return m
