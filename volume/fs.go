@@ -33,6 +33,7 @@ type FS struct {
 	files   map[uint64]*fileState // open files of this client
 	seen    map[uint64]uint64     // DataVer of each file as last served here
 	own     map[int64]bool        // revisions of our own commits, for the watch
+	flying  map[*flight]bool      // our transactions not yet recorded in own
 	inoNext uint64                // the inode numbers this client may hand out
 	inoEnd  uint64
 	timeout time.Duration // of every request to etcd and S3
@@ -92,7 +93,7 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 		o.Logger = st.Log()
 	}
 	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
-		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{},
+		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
 		timeout: 60 * time.Second}
 	// The watch starts at the revision the format was read at or later:
 	// what changes after this point reaches the kernel.
@@ -149,6 +150,7 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 		fs.log.Warn("no etcd lease: files removed while open are removed at once", "volume", fs.f.Name, "err", err)
 	}
 	var t *ntx
+	fl := fs.takeOff()
 	rev, err := fs.eng.Txn(ctx, func(tx Tx) error {
 		t = &ntx{fs: fs, tx: tx, inodes: map[uint64]*Inode{}, dirty: map[uint64]bool{}, now: nowNs(), lease: lease}
 		if err := fn(t); err != nil {
@@ -157,7 +159,7 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 		t.commit()
 		return nil
 	})
-	fs.ours(rev)
+	fs.land(fl, rev)
 	if err == nil {
 		for _, ino := range t.removed {
 			fs.gone(ino)
@@ -169,13 +171,55 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 	return fs.errnoOf(what, err)
 }
 
-func (fs *FS) ours(rev int64) {
-	if rev == 0 {
-		return
+// A flight is one of our transactions between its start and the record
+// of its revision. The watch may deliver the revision before it is
+// recorded; it then waits for the flights under way, so that it never
+// takes our own change for another client's: telling the kernel of a
+// change its own request is making would send an invalidation that waits
+// for the directory lock that request holds, and a kill -9 of the
+// process then would leave it stuck for ever.
+type flight struct{ done chan struct{} }
+
+func (fs *FS) takeOff() *flight {
+	fl := &flight{done: make(chan struct{})}
+	fs.mu.Lock()
+	fs.flying[fl] = true
+	fs.mu.Unlock()
+	return fl
+}
+
+// land records rev (0: nothing committed) as ours and ends the flight.
+func (fs *FS) land(fl *flight, rev int64) {
+	fs.mu.Lock()
+	if rev != 0 {
+		fs.own[rev] = true
+	}
+	delete(fs.flying, fl)
+	fs.mu.Unlock()
+	close(fl.done)
+}
+
+// isOwn tells whether rev is one of our commits, waiting for the flights
+// under way if it is not recorded yet.
+func (fs *FS) isOwn(rev int64) bool {
+	fs.mu.Lock()
+	mine := fs.own[rev]
+	var wait []*flight
+	if !mine {
+		for fl := range fs.flying {
+			wait = append(wait, fl)
+		}
+	}
+	fs.mu.Unlock()
+	if mine || len(wait) == 0 {
+		return mine
+	}
+	for _, fl := range wait {
+		<-fl.done
 	}
 	fs.mu.Lock()
-	fs.own[rev] = true
-	fs.mu.Unlock()
+	defer fs.mu.Unlock()
+	return fs.own[rev]
 }
 
 // newIno hands out an inode number. Numbers are taken from the volume's
@@ -193,7 +237,8 @@ func (fs *FS) newIno(ctx context.Context) (uint64, error) {
 	var first uint64
 	ctx, cancel := fs.ctx(ctx)
 	defer cancel()
-	_, err := fs.eng.Txn(ctx, func(tx Tx) error {
+	fl := fs.takeOff()
+	rev, err := fs.eng.Txn(ctx, func(tx Tx) error {
 		v, err := tx.Get(fs.k.next())
 		if err != nil {
 			return err
@@ -204,6 +249,7 @@ func (fs *FS) newIno(ctx context.Context) (uint64, error) {
 		tx.Put(fs.k.next(), []byte(strconv.FormatUint(first+batch, 10)))
 		return nil
 	})
+	fs.land(fl, rev)
 	if err != nil {
 		return 0, err
 	}

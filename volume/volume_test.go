@@ -124,6 +124,19 @@ func TestNamespace(t *testing.T) {
 	if n := attr(t, root).Nlink; n != 3 {
 		t.Fatalf("root nlink %d, want 3", n)
 	}
+	u, _ := ParseURL(lower)
+	if bad, err := Fsck(ctx0, u); err != nil || len(bad) > 0 {
+		t.Fatalf("fsck: %v\n%s", err, FsckReport(bad))
+	}
+	// fsck sees what is wrong: an entry without its inode.
+	fs, _ := FSOf(root)
+	fs.eng.Txn(ctx0, func(tx Tx) error {
+		tx.Put(fs.k.dirent(rootIno, "dangling"), mustJSON(Dirent{Ino: 999999, Type: syscall.S_IFREG}))
+		return nil
+	})
+	if bad, err := Fsck(ctx0, u); err != nil || len(bad) != 2 {
+		t.Fatalf("fsck of a dangling entry: %v\n%s (want it and the root's count)", err, FsckReport(bad))
+	}
 }
 
 // TestConcurrentRenames: two clients move files between directories at
@@ -177,6 +190,10 @@ func TestConcurrentRenames(t *testing.T) {
 	da, db := lookup(t, r1, "a"), lookup(t, r1, "b")
 	if n := count(da) + count(db); n != files {
 		t.Fatalf("%d files after the renames, want %d", n, files)
+	}
+	u, _ := ParseURL(lower)
+	if bad, err := Fsck(ctx0, u); err != nil || len(bad) > 0 {
+		t.Fatalf("fsck: %v\n%s", err, FsckReport(bad))
 	}
 	fs, _ := FSOf(da)
 	for _, d := range []layer.Node{da, db} {

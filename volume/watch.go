@@ -19,8 +19,8 @@ func (fs *FS) watch(ctx context.Context, rev int64) {
 			fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
 			continue
 		}
+		mine := fs.isOwn(c.Rev)
 		fs.mu.Lock()
-		mine := fs.own[c.Rev]
 		for r := range fs.own {
 			if r < c.Rev {
 				delete(fs.own, r) // the watch is past it

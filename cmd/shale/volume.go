@@ -63,11 +63,11 @@ The block size and compression are recorded in the volume and fixed.`,
 	rootCmd.AddCommand(format)
 
 	vol := &cobra.Command{
-		Use:   "volume status|gc etcd://HOST:2379[,HOST...]/NAME",
+		Use:   "volume status|gc|fsck etcd://HOST:2379[,HOST...]/NAME",
 		Short: "inspect a volume (docs/volume.md)",
 		Args:  argCount(1, 1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return withCode(exitUsage, fmt.Errorf("volume %s: which? say shale volume status or shale volume gc", args[0]))
+			return withCode(exitUsage, fmt.Errorf("volume %s: which? say shale volume status, gc or fsck", args[0]))
 		},
 	}
 	status := &cobra.Command{
@@ -120,6 +120,34 @@ per volume; a second one says so and exits.`,
 		},
 	}
 	gc.Flags().DurationVar(&delay, "delay", time.Hour, "how long a block stays unused before it is deleted")
-	vol.AddCommand(status, gc)
+	fsck := &cobra.Command{
+		Use:   "fsck etcd://HOST:2379[,HOST...]/NAME",
+		Short: "check a volume's namespace: entries, link counts, parents",
+		Long: `fsck reads the volume's namespace at one revision and checks it: every entry
+names an inode that exists, each directory counts its entries and links 2 plus
+its subdirectories and is named once, in its parent, and each file links as
+many entries as name it. It prints what is wrong, one line each, and exits
+non-zero if anything is; it changes nothing.`,
+		Args: argCount(1, 1),
+		RunE: func(c *cobra.Command, args []string) error {
+			u, err := volume.ParseURL(args[0])
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			bad, err := volume.Fsck(context.Background(), u)
+			if err != nil {
+				return fmt.Errorf("volume fsck %s: %w", args[0], err)
+			}
+			for _, b := range bad {
+				fmt.Println(b)
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("volume fsck %s: %d problems", args[0], len(bad))
+			}
+			fmt.Println("volume", u.Name, "is whole")
+			return nil
+		},
+	}
+	vol.AddCommand(status, gc, fsck)
 	rootCmd.AddCommand(vol)
 }

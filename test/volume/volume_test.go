@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,5 +267,133 @@ func TestSparse(t *testing.T) {
 	unix.Stat(filepath.Join(b, "sparse"), &st)
 	if st.Blocks*512 > 1<<18 {
 		t.Fatalf("the hole takes space: %d blocks", st.Blocks)
+	}
+}
+
+// TestKillClientMidRename: a client killed (kill -9) while it renames,
+// links and removes files among directories leaves the namespace whole:
+// each operation was one transaction, done or not done.
+func TestKillClientMidRename(t *testing.T) {
+	lower := newVolume(t)
+	a := mount(t, lower)
+	for _, d := range []string{"x", "y", "x/sub"} {
+		if err := os.Mkdir(filepath.Join(a, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 40 {
+		if err := os.WriteFile(filepath.Join(a, "x", fmt.Sprint(i)), []byte("f"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The victim: a second mount in the foreground, so that its pid is ours.
+	mnt := t.TempDir()
+	victim := exec.Command(shaleBin, "mount", "-f", lower, mnt)
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(mnt, "x")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the victim's mount never came up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	stop := make(chan struct{})
+	done := make(chan int)
+	var moved atomic.Int64
+	for w := range 4 {
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				i := rand.IntN(40)
+				dirs := []string{"x", "y", "x/sub"}
+				from, to := dirs[rand.IntN(3)], dirs[rand.IntN(3)]
+				p, q := filepath.Join(mnt, from, fmt.Sprint(i)), filepath.Join(mnt, to, fmt.Sprint(i))
+				switch w {
+				case 3:
+					os.Link(p, q+"-link")
+					os.Remove(q + "-link")
+				default:
+					if os.Rename(p, q) == nil {
+						n++
+						moved.Add(1)
+					}
+				}
+				if w == 0 && rand.IntN(20) == 0 {
+					os.Rename(filepath.Join(mnt, "x/sub"), filepath.Join(mnt, "y/sub")) // a directory too
+					os.Rename(filepath.Join(mnt, "y/sub"), filepath.Join(mnt, "x/sub"))
+				}
+			}
+		}()
+	}
+	// Kill once renames are under way: any moment of them will do.
+	for deadline := time.Now().Add(60 * time.Second); moved.Load() < 30; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d renames in a minute", moved.Load())
+		}
+	}
+	victim.Process.Signal(unix.SIGKILL)
+	exited := make(chan struct{})
+	go func() { victim.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		// A thread of it stuck in the kernel (an invalidation waiting
+		// for a lock a request of its dead mount holds): free it, so
+		// that the run goes on, and say so.
+		abortFuse(mnt)
+		<-exited
+		t.Errorf("the killed client did not exit within a minute: its mount had to be aborted")
+	}
+	close(stop)
+	renames := 0
+	for range 4 {
+		renames += <-done
+	}
+	if renames == 0 {
+		t.Fatal("no rename was done before the kill: the test tested nothing")
+	}
+	out, err := exec.Command(shaleBin, "volume", "fsck", lower).CombinedOutput()
+	if err != nil {
+		t.Fatalf("after kill -9 of a client mid-rename (%d renames done): %v\n%s", renames, err, out)
+	}
+	// And every file is still there, once.
+	seen := map[string]int{}
+	for _, d := range []string{"x", "y", "x/sub", "y/sub"} {
+		names, _ := os.ReadDir(filepath.Join(a, d))
+		for _, n := range names {
+			if !n.IsDir() && !strings.HasSuffix(n.Name(), "-link") {
+				seen[n.Name()]++
+			}
+		}
+	}
+	for i := range 40 {
+		if seen[fmt.Sprint(i)] != 1 {
+			t.Fatalf("file %d is named %d times after the kill", i, seen[fmt.Sprint(i)])
+		}
+	}
+	t.Logf("%d renames before the kill; fsck: %s", renames, strings.TrimSpace(string(out)))
+}
+
+// abortFuse aborts the FUSE connection of the mount at mnt (fusectl).
+func abortFuse(mnt string) {
+	exec.Command("mount", "-t", "fusectl", "none", "/sys/fs/fuse/connections").Run()
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == mnt {
+			_, minor, _ := strings.Cut(f[2], ":")
+			os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0)
+		}
 	}
 }
