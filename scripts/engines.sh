@@ -21,7 +21,12 @@ member() { # i: name client-port peer-port
 	echo "m$1 $((base + $1)) $((base + 10 + $1))"
 }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive: the pid in file $1 runs (a zombie, killed but not yet reaped,
+# does not count).
+alive() {
+	local st
+	[ -f "$1" ] && st=$(ps -o stat= -p "$(cat "$1")" 2>/dev/null) && [[ $st != Z* ]]
+}
 
 start() {
 	mkdir -p "$dir"

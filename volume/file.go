@@ -72,6 +72,11 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, opening bool) (*fileState
 		return f, 0
 	}
 	in, err := fs.getInode(ctx, ino)
+	if err == syscall.ENOENT {
+		// Removed by another client under a name the kernel caches:
+		// ESTALE has it look the path up again (close-to-open for names).
+		err = syscall.ESTALE
+	}
 	if err != nil {
 		fs.release(f)
 		return nil, fs.errnoOf("open", err)

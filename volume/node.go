@@ -72,11 +72,15 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 		n.mu.Lock()
 		last := n.last
 		n.mu.Unlock()
-		if last != nil {
+		if last != nil && last.isDir() {
 			n.fs.fill(n.ino, last, out)
 			out.Nlink = 0
 			return 0
 		}
+		// A name the kernel still caches, whose file another client
+		// removed or replaced: ESTALE has the kernel look the path up
+		// again (a stat, an open), rather than fail with ENOENT.
+		return syscall.ESTALE
 	}
 	if err != nil {
 		return n.fs.errnoOf("getattr", err)

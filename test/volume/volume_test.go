@@ -63,10 +63,16 @@ func newVolume(t *testing.T) string {
 }
 
 // mount mounts lower at a new directory, as a client of its own.
-func mount(t *testing.T, lower string) string {
+func mount(t *testing.T, lower string) string { return mountEnv(t, lower) }
+
+// mountEnv is mount with variables for the serving process
+// (SHALE_VOLUME_WATCH=off: a client that does not watch).
+func mountEnv(t *testing.T, lower string, env ...string) string {
 	t.Helper()
 	mnt := t.TempDir()
-	if out, err := exec.Command(shaleBin, "mount", lower, mnt).CombinedOutput(); err != nil {
+	cmd := exec.Command(shaleBin, "mount", lower, mnt)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("shale mount: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
@@ -106,9 +112,11 @@ func eventually(t *testing.T, what string, cond func() (string, bool)) time.Dura
 // TestCloseToOpen: what one client writes and closes, the other reads at
 // its next open, at once, though its kernel kept the old pages (the open
 // finds the new version and drops them before it returns).
+// The reader does not watch: what close-to-open promises must hold
+// without the watch (and fails without the open's version check).
 func TestCloseToOpen(t *testing.T) {
 	lower := newVolume(t)
-	a, b := mount(t, lower), mount(t, lower)
+	a, b := mount(t, lower), mountEnv(t, lower, "SHALE_VOLUME_WATCH=off")
 	pa, pb := filepath.Join(a, "f"), filepath.Join(b, "f")
 	if err := os.WriteFile(pa, []byte("first version"), 0o644); err != nil {
 		t.Fatal(err)
@@ -131,6 +139,29 @@ func TestCloseToOpen(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("round %d: the other client read %d bytes (%.10q…), want %d (%.10q…)", round, len(got), got, len(want), want)
+		}
+	}
+}
+
+// TestReplaceByRename: a file replaced by renaming a new one over it (as
+// editors and package managers save) reads new at the other client's next
+// open, though its kernel still caches the name with the old file: the
+// open of the removed file is ESTALE, and the kernel looks the name up
+// again. The reader does not watch, so nothing else could tell it.
+func TestReplaceByRename(t *testing.T) {
+	lower := newVolume(t)
+	a, b := mount(t, lower), mountEnv(t, lower, "SHALE_VOLUME_WATCH=off")
+	for round := range 10 {
+		want := fmt.Sprintf("version %d %s", round, strings.Repeat("v", round*1000))
+		if err := os.WriteFile(filepath.Join(a, "f.tmp"), []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(a, "f.tmp"), filepath.Join(a, "f")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(b, "f"))
+		if err != nil || string(got) != want {
+			t.Fatalf("round %d: the other client read %.20q (%d bytes), %v; want %.20q (%d bytes)", round, got, len(got), err, want, len(want))
 		}
 	}
 }

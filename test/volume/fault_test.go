@@ -1,0 +1,86 @@
+package volume
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// enginesDir is where scripts/engines.sh keeps its engines' pids: the
+// fault tests need engines they may kill, so they run only on those.
+func enginesDir(t *testing.T) string {
+	dir := os.Getenv("SHALE_ENGINES_DIR")
+	if dir == "" {
+		dir = "/tmp/shale-engines"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "m0.pid")); err != nil {
+		t.Skip("the engines are not scripts/engines.sh's: no member to kill")
+	}
+	return dir
+}
+
+// TestEtcdMemberKilled: kill -9 of an etcd member during a workload; the
+// volume goes on with the other two (a majority), and the member comes
+// back and catches up.
+func TestEtcdMemberKilled(t *testing.T) {
+	dir := enginesDir(t)
+	lower := newVolume(t)
+	a, b := mount(t, lower), mount(t, lower)
+	b0, err := os.ReadFile(filepath.Join(dir, "m0.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b0)))
+	t.Cleanup(func() {
+		// Bring it back for the tests after this one.
+		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "engines.sh"), "start").CombinedOutput(); err != nil {
+			t.Errorf("restarting the engines: %v: %s", err, out)
+		}
+	})
+	step := func(i int) {
+		t.Helper()
+		p := filepath.Join(a, fmt.Sprint(i%7))
+		data := bytes.Repeat([]byte{byte(i)}, 1000+i)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatalf("step %d: write: %v", i, err)
+		}
+		if err := os.Rename(p, p+"-r"); err != nil {
+			t.Fatalf("step %d: rename: %v", i, err)
+		}
+		got, err := os.ReadFile(filepath.Join(b, fmt.Sprint(i%7)+"-r"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("step %d: the other client read %d bytes, %v", i, len(got), err)
+		}
+	}
+	for i := range 20 {
+		step(i)
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatalf("kill -9 of member m0 (pid %d): %v", pid, err)
+	}
+	start := time.Now()
+	for i := 20; i < 60; i++ {
+		step(i)
+	}
+	t.Logf("40 steps with a member dead took %v", time.Since(start))
+	if out, err := exec.Command(shaleBin, "volume", "fsck", lower).CombinedOutput(); err != nil {
+		t.Fatalf("fsck with a member dead: %v\n%s", err, out)
+	}
+}
+
+// repoRoot is the module's root, where scripts/ is.
+func repoRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
