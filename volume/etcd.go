@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -16,6 +18,11 @@ import (
 // etcdEngine is the Engine on an etcd cluster (v3 API, 3.4 and later).
 type etcdEngine struct {
 	c *clientv3.Client
+	// marker is this client's key that every transaction also writes
+	// with its sequence number: a commit whose reply is lost (the member
+	// died) is found out by reading it, rather than done twice.
+	marker string
+	seq    atomic.Uint64
 
 	leaseMu sync.Mutex
 	lease   clientv3.LeaseID
@@ -98,7 +105,7 @@ func DialEtcd(ctx context.Context, c EtcdConfig) (Engine, error) {
 		cl.Close()
 		return nil, fmt.Errorf("no etcd member of %v answers: %v", c.Endpoints, err)
 	}
-	return &etcdEngine{c: cl}, nil
+	return &etcdEngine{c: cl, marker: "shale/.txn/" + newID()}, nil
 }
 
 func (e *etcdEngine) Close() error { return e.c.Close() }
@@ -151,9 +158,18 @@ func (e *etcdEngine) Txn(ctx context.Context, fn func(tx Tx) error) (int64, erro
 		for k, rev := range tx.reads {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
 		}
-		r, err := e.c.Txn(ctx).If(cmps...).Then(tx.ops...).Commit()
+		seq := strconv.FormatUint(e.seq.Add(1), 10)
+		ops := append(tx.ops, e.markerOp(ctx, seq))
+		r, err := e.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			return 0, err
+			rev, done, ferr := e.findCommit(ctx, seq)
+			if ferr != nil {
+				return 0, fmt.Errorf("%v (and then: %v)", err, ferr)
+			}
+			if done {
+				return rev, nil
+			}
+			continue // not applied: again, from the reads
 		}
 		if r.Succeeded {
 			return r.Header.Revision, nil
@@ -165,6 +181,36 @@ func (e *etcdEngine) Txn(ctx context.Context, fn func(tx Tx) error) (int64, erro
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(d):
+		}
+	}
+}
+
+// markerOp writes this client's marker, bound to its lease if it has
+// one, so that a dead client's marker goes with it.
+func (e *etcdEngine) markerOp(ctx context.Context, seq string) clientv3.Op {
+	if lease, err := e.Lease(ctx); err == nil {
+		return clientv3.OpPut(e.marker, seq, clientv3.WithLease(clientv3.LeaseID(lease)))
+	}
+	return clientv3.OpPut(e.marker, seq)
+}
+
+// findCommit tells whether the transaction that wrote seq to the marker
+// was applied, and at which revision, asking until the cluster answers
+// or ctx ends. A linearizable read after a lost reply sees every entry
+// of the old leader's that will ever be committed.
+func (e *etcdEngine) findCommit(ctx context.Context, seq string) (int64, bool, error) {
+	for {
+		r, err := e.c.Get(ctx, e.marker)
+		if err == nil {
+			if len(r.Kvs) > 0 && string(r.Kvs[0].Value) == seq {
+				return r.Kvs[0].ModRevision, true, nil
+			}
+			return 0, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, err
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -194,9 +240,19 @@ func (t *etcdTx) Get(keys ...string) ([][]byte, error) {
 	if len(ops) == 0 {
 		return out, nil
 	}
-	r, err := t.c.Txn(t.ctx).Then(ops...).Commit()
-	if err != nil {
-		return nil, err
+	// A transaction of reads only: safe to send again when the member
+	// that had it died (etcd's client retries single reads itself).
+	var r *clientv3.TxnResponse
+	var err error
+	for {
+		if r, err = t.c.Txn(t.ctx).Then(ops...).Commit(); err == nil {
+			break
+		}
+		select {
+		case <-t.ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	for j, rr := range r.Responses {
 		k := keys[idx[j]]
