@@ -22,6 +22,11 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 			return err
 		}
 		applyAttr(a, in, t.now)
+		if in.Valid&layer.SetMode != 0 {
+			if err := t.chmodACL(n.ino, a.Mode); err != nil {
+				return err
+			}
+		}
 		t.touch(n.ino, 0)
 		res = *a
 		return nil

@@ -147,9 +147,6 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 	}
 	uid, gid, umask := caller(ctx)
 	in.Uid, in.Gid = uid, gid
-	if in.Mode&syscall.S_IFMT != syscall.S_IFLNK {
-		in.Mode &^= umask & 0o777
-	}
 	typ := in.Mode & syscall.S_IFMT
 	e := n.fs.update(ctx, "create", func(t *ntx) error {
 		dir, err := t.dir(n.ino)
@@ -167,6 +164,11 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 			return syscall.EEXIST
 		}
 		nin := *in
+		if typ != syscall.S_IFLNK {
+			if err := t.newMode(n.ino, ino, &nin, umask); err != nil {
+				return err
+			}
+		}
 		if dir.Mode&syscall.S_ISGID != 0 {
 			nin.Gid = dir.Gid
 			if typ == syscall.S_IFDIR {

@@ -191,3 +191,47 @@ func (t *ntx) commit() {
 		t.tx.Put(t.fs.k.garbage()+fmt.Sprintf("%019d-%08x", t.now, rand.Uint32()), mustJSON(Garbage{Time: t.now, IDs: t.freed}))
 	}
 }
+
+// newMode masks the mode of new inode ino in directory dir as a local
+// file system does: with the directory's default ACL, which it inherits
+// (a directory keeps it as its own default), else with the umask.
+func (t *ntx) newMode(dir, ino uint64, in *Inode, umask uint32) error {
+	v, err := t.tx.Get(t.fs.k.xattr(dir, aclDefault))
+	if err != nil {
+		return err
+	}
+	if v[0] == nil {
+		in.Mode &^= umask & 0o777
+		return nil
+	}
+	def, err := parseACL(v[0])
+	if err != nil {
+		in.Mode &^= umask & 0o777 // not one we can read: as if none
+		return nil
+	}
+	a := def.inherit(in.Mode)
+	in.Mode = in.Mode&^0o777 | a.mode()
+	if !a.minimal() {
+		t.tx.Put(t.fs.k.xattr(ino, aclAccess), a.bytes())
+	}
+	if in.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		t.tx.Put(t.fs.k.xattr(ino, aclDefault), v[0])
+	}
+	return nil
+}
+
+// chmodACL keeps inode ino's access ACL, if it has one, in step with its
+// new mode.
+func (t *ntx) chmodACL(ino uint64, mode uint32) error {
+	key := t.fs.k.xattr(ino, aclAccess)
+	v, err := t.tx.Get(key)
+	if err != nil || v[0] == nil {
+		return err
+	}
+	a, err := parseACL(v[0])
+	if err != nil {
+		return nil
+	}
+	t.tx.Put(key, a.chmod(mode).bytes())
+	return nil
+}

@@ -65,9 +65,17 @@ func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags ui
 	if len(value) > 64<<10 {
 		return syscall.E2BIG
 	}
+	var a acl
+	if name == aclAccess || name == aclDefault {
+		var err error
+		if a, err = parseACL(value); err != nil {
+			return syscall.EINVAL
+		}
+	}
 	key := n.fs.k.xattr(n.ino, name)
 	e := n.fs.update(ctx, "setxattr", func(t *ntx) error {
-		if _, err := t.inode(n.ino); err != nil {
+		in, err := t.inode(n.ino)
+		if err != nil {
 			return err
 		}
 		v, err := t.tx.Get(key)
@@ -80,8 +88,22 @@ func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags ui
 		case flags&unix.XATTR_REPLACE != 0 && v[0] == nil:
 			return syscall.ENODATA
 		}
-		t.tx.Put(key, value)
 		t.touch(n.ino, 'c')
+		switch name {
+		case aclAccess:
+			// The ACL sets the mode; one that says no more than a mode
+			// is kept as the mode alone, as Linux does.
+			in.Mode = in.Mode&^0o777 | a.mode()
+			if a.minimal() {
+				t.tx.Delete(key)
+				return nil
+			}
+		case aclDefault:
+			if !in.isDir() {
+				return syscall.EACCES
+			}
+		}
+		t.tx.Put(key, value)
 		return nil
 	})
 	if e == 0 {

@@ -47,8 +47,6 @@ var volumeDiffers = func() map[string]string {
 		"sparse-5GiB", "SEEK_DATA after last data", "SEEK_HOLE after data")
 	add("atime is kept only when set (utimes), not on reads: an update per read would be an etcd transaction per read (docs/volume.md, not done yet)",
 		"times-atime-relatime", "read with atime < mtime: atime updated", "readdir with atime < mtime: atime updated")
-	add("POSIX ACLs are stored as extended attributes but neither inherited nor enforced yet, nor do they change the mode (docs/volume.md, not done yet)",
-		"modes", "as root under a default ACL", "d0777 system.posix_acl_access", "d0777 system.posix_acl_default", "f0666 system.posix_acl_access", "granted", "nobody reads through the ACL")
 	add("extended attribute values may be 64 KiB each (Linux's XATTR_SIZE_MAX), where ext4 keeps all of a file's in one 4 KiB block",
 		"xattr", "set 4000 bytes", "get 4000 bytes", "set 4096 bytes", "get 4096 bytes", "set 65536 bytes", "get 65536 bytes", "largest user.max value")
 	return m
