@@ -96,35 +96,29 @@ func (a acl) minimal() bool {
 // chmod sets the ACL's owner, group class and other permissions to
 // mode's, as chmod(2) does.
 func (a acl) chmod(mode uint32) acl {
-	out := append(acl(nil), a...)
-	g := out.groupClass()
-	for i := range out {
-		switch {
-		case out[i].tag == aclUserObj:
-			out[i].perm = uint16(mode >> 6 & 7)
-		case i == g:
-			out[i].perm = uint16(mode >> 3 & 7)
-		case out[i].tag == aclOther:
-			out[i].perm = uint16(mode & 7)
-		}
-	}
-	return out
+	return a.withClasses(mode, func(_, m uint16) uint16 { return m })
 }
 
 // inherit is the access ACL a new object made with mode gets from its
 // directory's default ACL: the entries, with owner, group class and
 // other permissions limited to mode's (Linux's posix_acl_create).
 func (a acl) inherit(mode uint32) acl {
+	return a.withClasses(mode, func(p, m uint16) uint16 { return p & m })
+}
+
+// withClasses is a copy of a whose owner, group class and other
+// permissions are set(perm, mode's bits of that class).
+func (a acl) withClasses(mode uint32, set func(perm, m uint16) uint16) acl {
 	out := append(acl(nil), a...)
 	g := out.groupClass()
 	for i := range out {
 		switch {
 		case out[i].tag == aclUserObj:
-			out[i].perm &= uint16(mode >> 6 & 7)
+			out[i].perm = set(out[i].perm, uint16(mode>>6&7))
 		case i == g:
-			out[i].perm &= uint16(mode >> 3 & 7)
+			out[i].perm = set(out[i].perm, uint16(mode>>3&7))
 		case out[i].tag == aclOther:
-			out[i].perm &= uint16(mode & 7)
+			out[i].perm = set(out[i].perm, uint16(mode&7))
 		}
 	}
 	return out
