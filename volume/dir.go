@@ -45,6 +45,9 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 	if err != nil {
 		return fs.errnoOf("readdir", err)
 	}
+	if after == "" {
+		fs.accessed(ino, in) // a listing is a read (atime.go)
+	}
 	parent := in.Parent
 	if parent == 0 {
 		parent = ino

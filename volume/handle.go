@@ -32,6 +32,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return nil, e
 	}
 	h := &handle{f: f, flags: flags}
+	if flags&unix.O_ACCMODE != unix.O_WRONLY && flags&unix.O_NOATIME == 0 {
+		f.mu.Lock()
+		base := f.base
+		f.mu.Unlock()
+		n.fs.accessed(n.ino, base)
+	}
 	if flags&unix.O_TRUNC != 0 && flags&unix.O_ACCMODE != unix.O_RDONLY {
 		if e := f.truncate(ctx, 0); e != 0 {
 			n.fs.release(f)

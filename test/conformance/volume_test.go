@@ -45,8 +45,6 @@ var volumeDiffers = func() map[string]string {
 		"fallocate", "blocks", "blocks grew", "blocks after punch", "SEEK_HOLE", "SEEK_DATA after hole")
 	add("holes are found by blocks of the volume (64 KiB here): the block of the last data is data to its end (docs/volume.md)",
 		"sparse-5GiB", "SEEK_DATA after last data", "SEEK_HOLE after data")
-	add("atime is kept only when set (utimes), not on reads: an update per read would be an etcd transaction per read (docs/volume.md, not done yet)",
-		"times-atime-relatime", "read with atime < mtime: atime updated", "readdir with atime < mtime: atime updated")
 	add("extended attribute values may be 64 KiB each (Linux's XATTR_SIZE_MAX), where ext4 keeps all of a file's in one 4 KiB block",
 		"xattr", "set 4000 bytes", "get 4000 bytes", "set 4096 bytes", "get 4096 bytes", "set 65536 bytes", "get 65536 bytes", "largest user.max value")
 	return m
