@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
@@ -131,8 +132,11 @@ func (s *blockStore) put(ctx context.Context, data []byte) (string, error) {
 	if s.zstd {
 		body = s.enc.EncodeAll(data, nil)
 	}
-	_, err := s.c.PutObject(ctx, s.d.Bucket, s.key(id), bytes.NewReader(body), int64(len(body)),
-		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+	err := retry(ctx, func() error {
+		_, err := s.c.PutObject(ctx, s.d.Bucket, s.key(id), bytes.NewReader(body), int64(len(body)),
+			minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -145,12 +149,16 @@ func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
 	if b, ok := s.cache.get(id); ok {
 		return b, nil
 	}
-	o, err := s.c.GetObject(ctx, s.d.Bucket, s.key(id), minio.GetObjectOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer o.Close()
-	b, err := io.ReadAll(o)
+	var b []byte
+	err := retry(ctx, func() error {
+		o, err := s.c.GetObject(ctx, s.d.Bucket, s.key(id), minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		defer o.Close()
+		b, err = io.ReadAll(o)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +169,23 @@ func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
 	}
 	s.cache.add(id, b)
 	return b, nil
+}
+
+// retry runs op until it succeeds, fails for good (the server answered
+// no), or ctx ends: an S3 server that is gone for a while (restarting,
+// unreachable) holds up reads and write-backs rather than failing them.
+func retry(ctx context.Context, op func() error) error {
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		err := op()
+		if code := minio.ToErrorResponse(err).StatusCode; err == nil || code != 0 && code < 500 {
+			return err // done, or an answer (no such key, denied...)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
 }
 
 func (s *blockStore) remove(ctx context.Context, id string) error {

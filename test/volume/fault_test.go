@@ -84,3 +84,51 @@ func repoRoot(t *testing.T) string {
 	}
 	return filepath.Dir(strings.TrimSpace(string(out)))
 }
+
+// TestS3Gone: the S3 server killed for 10 s. A close that writes back
+// waits and then lands; reads of blocks the client has cached go on.
+func TestS3Gone(t *testing.T) {
+	dir := enginesDir(t)
+	lower := newVolume(t)
+	a, b := mount(t, lower), mount(t, lower)
+	old := bytes.Repeat([]byte("cached "), 5000)
+	if err := os.WriteFile(filepath.Join(a, "old"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	restart := func() {
+		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "engines.sh"), "start").CombinedOutput(); err != nil {
+			t.Errorf("restarting the engines: %v: %s", err, out)
+		}
+	}
+	t.Cleanup(restart)
+	pidb, err := os.ReadFile(filepath.Join(dir, "s3.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidb)))
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatalf("kill -9 of the S3 server (pid %d): %v", pid, err)
+	}
+	down := time.Now()
+	data := bytes.Repeat([]byte("written while S3 was gone "), 3000)
+	closed := make(chan error, 1)
+	go func() { closed <- os.WriteFile(filepath.Join(a, "new"), data, 0o644) }()
+	// Reads of what this client has cached go on meanwhile.
+	if got, err := os.ReadFile(filepath.Join(a, "old")); err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("a cached file with S3 gone: %d bytes, %v", len(got), err)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("the close returned with S3 gone (%v): it should wait for the write-back", err)
+	case <-time.After(10 * time.Second):
+	}
+	restart()
+	up := time.Now()
+	if err := <-closed; err != nil {
+		t.Fatalf("the write made while S3 was gone: %v", err)
+	}
+	t.Logf("S3 gone %v; the close returned %v after it came back", up.Sub(down).Round(time.Millisecond), time.Since(up).Round(time.Millisecond))
+	if got, err := os.ReadFile(filepath.Join(b, "new")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the other client read %d bytes, %v; want the %d written", len(got), err, len(data))
+	}
+}
