@@ -16,6 +16,9 @@ if [ -z "${SHALE_ETCD:-}" ]; then
 	trap './scripts/engines.sh stop' EXIT
 fi
 CGO_ENABLED=1 go test -race -count=1 -timeout 15m ./...
+# The volume's fault tests kill engines (an etcd member, the S3 server):
+# alone, once nothing else uses them.
+SHALE_VOLUME_FAULTS=1 go test -count=1 -timeout 10m -run 'TestEtcdMemberKilled|TestS3Gone' ./test/volume/
 # The 9P server on arbitrary input, bounded (the corpus is committed in
 # export/testdata/fuzz). No minimizing of new inputs: Go's fuzzer can stall
 # and then abort in it ("hung or terminated unexpectedly while minimizing",
