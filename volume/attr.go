@@ -8,6 +8,9 @@ import (
 )
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
+	if e := unchecked(ctx); e != 0 {
+		return e
+	}
 	if in.Valid&layer.SetSize != 0 {
 		// A size is data: it goes through the file as writes do, and is
 		// written back at once.

@@ -21,6 +21,9 @@ type dirStream struct {
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	d := &dirStream{n: n, names: map[uint64]string{}, next: 1}
 	if e := d.load(ctx, ""); e != 0 {
 		return nil, e

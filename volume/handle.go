@@ -27,6 +27,9 @@ type lockOwner struct {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	f, e := n.fs.acquire(ctx, n.ino, true)
 	if e != 0 {
 		return nil, e

@@ -104,6 +104,9 @@ func validName(name string) layer.Errno {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
@@ -127,6 +130,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	return c, 0
 }
 
+// unchecked refuses callers that a frontend did not check (Caller.Check:
+// shale serve's 9P clients) unless they are root: the volume does not
+// check permissions itself yet, and must not act for them unchecked.
+func unchecked(ctx context.Context) layer.Errno {
+	if c, ok := layer.CallerOf(ctx); ok && c.Check && c.Uid != 0 {
+		return syscall.EACCES
+	}
+	return 0
+}
+
 // caller is who makes a new object: ctx's caller, or this process.
 func caller(ctx context.Context) (uid, gid, umask uint32) {
 	if c, ok := layer.CallerOf(ctx); ok {
@@ -138,6 +151,9 @@ func caller(ctx context.Context) (uid, gid, umask uint32) {
 // make creates name in n as a new inode in; it fills the owner, the mode's
 // umask and the setgid directory's group as a local file system would.
 func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr) (*node, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
@@ -256,6 +272,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Link(ctx context.Context, target layer.Node, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	tn, ok := asNode(target)
 	if !ok || tn.fs != n.fs {
 		return nil, syscall.EXDEV
@@ -314,6 +333,9 @@ func (n *node) Rmdir(ctx context.Context, name string) layer.Errno { return n.re
 
 // remove takes name out of n, and its inode with its last link.
 func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno {
+	if e := unchecked(ctx); e != 0 {
+		return e
+	}
 	if e := validName(name); e != 0 {
 		return e
 	}
@@ -366,6 +388,9 @@ func removable(in *Inode, isDir bool) error {
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return nil, e
+	}
 	in, err := n.fs.getInode(ctx, n.ino)
 	if err != nil {
 		return nil, n.fs.errnoOf("readlink", err)

@@ -13,6 +13,9 @@ import (
 // directories' counts and link counts, the moved directory's parent and
 // the replaced inode's removal commit together or not at all.
 func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newName string, flags uint32) layer.Errno {
+	if e := unchecked(ctx); e != 0 {
+		return e
+	}
 	d, ok := asNode(newDir)
 	if !ok || d.fs != n.fs {
 		return syscall.EXDEV

@@ -292,3 +292,23 @@ func TestOpenUnlinked(t *testing.T) {
 	}
 	_ = h2
 }
+
+// TestUncheckedCallers: a caller no frontend checked (9P) gets EACCES
+// unless root: the volume checks no permissions itself yet.
+func TestUncheckedCallers(t *testing.T) {
+	lower := testVolume(t, 4096)
+	_, root := mount(t, lower)
+	writeFile(t, root, "f", []byte("x"))
+	nobody := layer.WithCaller(ctx0, layer.Caller{Uid: 65534, Gid: 65534, Check: true})
+	var a layer.Attr
+	if _, e := root.Lookup(nobody, "f", &a); e != syscall.EACCES {
+		t.Fatalf("lookup by an unchecked caller: %v, want EACCES", e)
+	}
+	if _, e := root.Mkdir(nobody, "d", 0o777, &a); e != syscall.EACCES {
+		t.Fatalf("mkdir by an unchecked caller: %v, want EACCES", e)
+	}
+	rootCaller := layer.WithCaller(ctx0, layer.Caller{Check: true})
+	if _, e := root.Lookup(rootCaller, "f", &a); e != 0 {
+		t.Fatalf("lookup by unchecked root: %v", e)
+	}
+}

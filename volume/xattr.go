@@ -14,6 +14,9 @@ import (
 // transaction with the inode's ctime.
 
 func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return 0, e
+	}
 	if e := validXattr(name); e != 0 {
 		return 0, e
 	}
@@ -59,6 +62,9 @@ func validXattr(name string) layer.Errno {
 }
 
 func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags uint32) layer.Errno {
+	if e := unchecked(ctx); e != 0 {
+		return e
+	}
 	if e := validXattr(name); e != 0 {
 		return e
 	}
@@ -113,6 +119,9 @@ func (n *node) Setxattr(ctx context.Context, name string, value []byte, flags ui
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
+	if e := unchecked(ctx); e != 0 {
+		return 0, e
+	}
 	cctx, cancel := n.fs.ctx(ctx)
 	defer cancel()
 	prefix := n.fs.k.xattrs(n.ino)
@@ -129,6 +138,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (int, layer.Errno) {
 }
 
 func (n *node) Removexattr(ctx context.Context, name string) layer.Errno {
+	if e := unchecked(ctx); e != 0 {
+		return e
+	}
 	if e := validXattr(name); e != 0 {
 		return e
 	}
