@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+
+	"github.com/shalefs/shale/internal/shaletest"
 )
 
 // A volume (etcd and S3, docs/volume.md) is a stack too when the engines
@@ -15,7 +18,25 @@ func init() {
 	if os.Getenv("SHALE_ETCD") == "" || os.Getenv("SHALE_S3") == "" {
 		return
 	}
-	stacks = append(stacks, &stack{name: "volume", server: formatVolume, differs: volumeDiffers})
+	stacks = append(stacks,
+		&stack{name: "volume", server: formatVolume, differs: volumeDiffers},
+		// crypt over a volume: the bucket and etcd hold only ciphertext.
+		&stack{name: "volume-crypt", layers: []string{"crypt"}, prepare: passfile, server: cryptVolume, differs: merge(volumeDiffers, cryptDiffers)})
+}
+
+// passfile gives the mount crypt's passphrase, which cryptVolume sets.
+func passfile(lower string) ([]string, error) {
+	return []string{"--passfile", filepath.Join(filepath.Dir(lower), "pass")}, nil
+}
+
+// cryptVolume formats a volume and makes it a crypt directory.
+func cryptVolume(st *stack) (string, error) {
+	lower, err := formatVolume(st)
+	if err != nil {
+		return "", err
+	}
+	_, err = shaletest.InitCrypt(suite.shale, lower, filepath.Join(filepath.Dir(st.lower), "pass"))
+	return lower, err
 }
 
 // formatVolume makes a new volume for st and returns its address.
