@@ -39,6 +39,7 @@ func (fs *FS) watch(ctx context.Context, rev int64) {
 				continue
 			}
 			if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				fs.refresh(ino, in)
 				fs.sawData(ino, in.DataVer)
 			}
 		case 'd':
@@ -55,5 +56,20 @@ func (fs *FS) gone(ino uint64) {
 		f.mu.Lock()
 		f.gone = true
 		f.mu.Unlock()
+	}
+}
+
+// refresh gives an open file with nothing to write back the inode another
+// client committed: its readers see the new data with the new size, as
+// the kernel will, rather than at their next open only.
+func (fs *FS) refresh(ino uint64, in *Inode) {
+	f := fs.openFile(ino)
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.changed && f.base != nil && f.cut < 0 {
+		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 }

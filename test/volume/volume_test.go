@@ -428,3 +428,37 @@ func abortFuse(mnt string) {
 		}
 	}
 }
+
+// TestFollow: a reader that keeps the file open (tail -f) sees what
+// another client appends and closes, within a watch delivery, without
+// opening it again.
+func TestFollow(t *testing.T) {
+	lower := newVolume(t)
+	a, b := mount(t, lower), mount(t, lower)
+	if err := os.WriteFile(filepath.Join(a, "log"), []byte("first\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(filepath.Join(b, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := "first\n"
+	for i := range 5 {
+		line := fmt.Sprintf("line %d %s\n", i, strings.Repeat("z", 20000))
+		f, err := os.OpenFile(filepath.Join(a, "log"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want += line
+		eventually(t, fmt.Sprintf("append %d through the open file", i), func() (string, bool) {
+			buf := make([]byte, len(want)+10)
+			n, _ := r.ReadAt(buf, 0)
+			return fmt.Sprintf("%d bytes", n), string(buf[:n]) == want
+		})
+	}
+}
