@@ -90,7 +90,7 @@ func applyAttr(a *Inode, in *layer.SetAttr, now int64) {
 
 // truncate sets the file's size through its open file (file.go).
 func (n *node) truncate(ctx context.Context, h layer.Handle, size uint64) layer.Errno {
-	f, e := n.fs.acquire(ctx, n.ino, false)
+	f, e := n.fs.acquire(ctx, n.ino, nil)
 	if e != 0 {
 		return e
 	}

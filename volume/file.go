@@ -55,8 +55,9 @@ func (fs *FS) openFile(ino uint64) *fileState {
 
 // acquire takes a reference to ino's open file, making it if need be. A
 // file with nothing to write back is read again from etcd: an open sees
-// what was written back before it (close-to-open).
-func (fs *FS) acquire(ctx context.Context, ino uint64, opening bool) (*fileState, layer.Errno) {
+// what was written back before it (close-to-open); known, if not nil, is
+// the inode as the caller just committed it (a create), read no again.
+func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState, layer.Errno) {
 	fs.mu.Lock()
 	f := fs.files[ino]
 	if f == nil {
@@ -71,7 +72,10 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, opening bool) (*fileState
 	if !load {
 		return f, 0
 	}
-	in, err := fs.getInode(ctx, ino)
+	in, err := known, error(nil)
+	if in == nil {
+		in, err = fs.getInode(ctx, ino)
+	}
 	if err == syscall.ENOENT {
 		// Removed by another client under a name the kernel caches:
 		// ESTALE has it look the path up again (close-to-open for names).

@@ -18,9 +18,9 @@ import (
 
 // FS is a mounted volume: the bottom of a stack.
 //
-// Lock order: fileState.flushMu, then fileState.mu, then FS.mu. No lock
-// is held across a request to etcd or S3 but flushMu (only write-backs
-// of that one file wait on it).
+// Lock order: fileState.flushMu, then fileState.mu, then FS.mu;
+// prefetch.mu is taken alone. No lock is held across a request to etcd
+// or S3 but flushMu (only write-backs of that one file wait on it).
 type FS struct {
 	eng    Engine
 	k      keys
@@ -35,6 +35,7 @@ type FS struct {
 	seen    map[uint64]uint64     // DataVer of each file as last served here
 	own     map[int64]bool        // revisions of our own commits, for the watch
 	flying  map[*flight]bool      // our transactions not yet recorded in own
+	pre     prefetch              // what listings read, for the lookups after them
 	inoNext uint64                // the inode numbers this client may hand out
 	inoEnd  uint64
 	timeout time.Duration // of every request to etcd and S3
@@ -102,6 +103,8 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 	if err != nil {
 		return nil, err
 	}
+	fs.pre.init()
+	st.Events().Subscribe(fs.pre.drop)
 	wctx, cancel := context.WithCancel(context.Background())
 	fs.cancel = cancel
 	// SHALE_VOLUME_WATCH=off is for tests: that what close-to-open

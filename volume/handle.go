@@ -30,7 +30,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if e := unchecked(ctx); e != 0 {
 		return nil, e
 	}
-	f, e := n.fs.acquire(ctx, n.ino, true)
+	return n.open(ctx, flags, nil)
+}
+
+// open opens the file, known as just made if known is not nil.
+func (n *node) open(ctx context.Context, flags uint32, known *Inode) (layer.Handle, layer.Errno) {
+	f, e := n.fs.acquire(ctx, n.ino, known)
 	if e != 0 {
 		return nil, e
 	}

@@ -110,6 +110,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
+	if d, in, ok := n.fs.pre.take(n.ino, name); ok {
+		c := &node{fs: n.fs, ino: d.Ino, last: in}
+		if f := n.fs.openFile(d.Ino); f == nil || !f.attr(ctx, out) {
+			n.fs.fill(d.Ino, in, out)
+		}
+		return c, 0
+	}
 	cctx, cancel := n.fs.ctx(ctx)
 	defer cancel()
 	b, err := n.fs.eng.Get(cctx, n.fs.k.dirent(n.ino, name))
@@ -165,6 +172,11 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 	in.Uid, in.Gid = uid, gid
 	typ := in.Mode & syscall.S_IFMT
 	e := n.fs.update(ctx, "create", func(t *ntx) error {
+		// The entry, the directory and its default ACL in one request.
+		v, err := t.read([]uint64{n.ino}, t.fs.k.dirent(n.ino, name), t.fs.k.xattr(n.ino, aclDefault))
+		if err != nil {
+			return err
+		}
 		dir, err := t.dir(n.ino)
 		if err != nil {
 			return err
@@ -172,18 +184,12 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 		if dir.Nlink == 0 {
 			return syscall.ENOENT // removed while we held it
 		}
-		d, err := t.dirents(n.ino, name)
-		if err != nil {
-			return err
-		}
-		if d[0] != nil {
+		if v[0] != nil {
 			return syscall.EEXIST
 		}
 		nin := *in
 		if typ != syscall.S_IFLNK {
-			if err := t.newMode(n.ino, ino, &nin, umask); err != nil {
-				return err
-			}
+			t.newMode(v[1], ino, &nin, umask)
 		}
 		if dir.Mode&syscall.S_ISGID != 0 {
 			nin.Gid = dir.Gid
@@ -264,7 +270,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if e != 0 {
 		return nil, nil, e
 	}
-	h, e := c.Open(ctx, flags&^unix.O_TRUNC)
+	c.mu.Lock()
+	known := c.last
+	c.mu.Unlock()
+	h, e := c.open(ctx, flags&^unix.O_TRUNC, known)
 	if e != 0 {
 		return nil, nil, e
 	}
@@ -304,7 +313,7 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 		if tin.Nlink >= 65000 {
 			return syscall.EMLINK
 		}
-		d, err := t.dirents(n.ino, name)
+		d, err := t.dirents(nil, n.ino, name)
 		if err != nil {
 			return err
 		}
@@ -341,11 +350,11 @@ func (n *node) remove(ctx context.Context, name string, isDir bool) layer.Errno 
 	}
 	var gone uint64
 	e := n.fs.update(ctx, "remove", func(t *ntx) error {
-		if _, err := t.dir(n.ino); err != nil {
+		d, err := t.dirents([]uint64{n.ino}, n.ino, name)
+		if err != nil {
 			return err
 		}
-		d, err := t.dirents(n.ino, name)
-		if err != nil {
+		if _, err := t.dir(n.ino); err != nil {
 			return err
 		}
 		if d[0] == nil {

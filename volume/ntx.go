@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 )
 
@@ -25,33 +26,40 @@ type ntx struct {
 
 // load reads the inodes not read yet, in one request.
 func (t *ntx) load(inos ...uint64) error {
-	var keys []string
+	_, err := t.read(inos)
+	return err
+}
+
+// read reads, in one request, the inodes of inos not read yet and keys,
+// whose values it returns (nil: absent).
+func (t *ntx) read(inos []uint64, keys ...string) ([][]byte, error) {
+	all := append([]string(nil), keys...)
 	var want []uint64
 	for _, ino := range inos {
-		if _, ok := t.inodes[ino]; !ok {
-			keys = append(keys, t.fs.k.inode(ino))
+		if _, ok := t.inodes[ino]; !ok && !slices.Contains(want, ino) {
+			all = append(all, t.fs.k.inode(ino))
 			want = append(want, ino)
 		}
 	}
-	if len(keys) == 0 {
-		return nil
+	if len(all) == 0 {
+		return nil, nil
 	}
-	vals, err := t.tx.Get(keys...)
+	vals, err := t.tx.Get(all...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i, v := range vals {
+	for i, v := range vals[len(keys):] {
 		if v == nil {
 			t.inodes[want[i]] = nil
 			continue
 		}
 		in, err := decodeInode(v)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.inodes[want[i]] = in
 	}
-	return nil
+	return vals[:len(keys)], nil
 }
 
 // inode is inode ino, read if need be; ENOENT if there is none.
@@ -77,14 +85,14 @@ func (t *ntx) dir(ino uint64) (*Inode, error) {
 	return in, nil
 }
 
-// dirents reads entries (directory, name pairs) in one request; a
-// missing one is nil.
-func (t *ntx) dirents(pairs ...any) ([]*Dirent, error) {
+// dirents reads entries (directory, name pairs) and the inodes of inos
+// in one request; a missing entry is nil.
+func (t *ntx) dirents(inos []uint64, pairs ...any) ([]*Dirent, error) {
 	var keys []string
 	for i := 0; i < len(pairs); i += 2 {
 		keys = append(keys, t.fs.k.dirent(pairs[i].(uint64), pairs[i+1].(string)))
 	}
-	vals, err := t.tx.Get(keys...)
+	vals, err := t.read(inos, keys...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,32 +200,23 @@ func (t *ntx) commit() {
 	}
 }
 
-// newMode masks the mode of new inode ino in directory dir as a local
-// file system does: with the directory's default ACL, which it inherits
-// (a directory keeps it as its own default), else with the umask.
-func (t *ntx) newMode(dir, ino uint64, in *Inode, umask uint32) error {
-	v, err := t.tx.Get(t.fs.k.xattr(dir, aclDefault))
-	if err != nil {
-		return err
+// newMode masks the mode of new inode ino as a local file system does:
+// with its directory's default ACL def (nil: none), which it inherits (a
+// directory keeps it as its own default), else with the umask.
+func (t *ntx) newMode(def []byte, ino uint64, in *Inode, umask uint32) {
+	a, err := parseACL(def)
+	if def == nil || err != nil {
+		in.Mode &^= umask & 0o777 // none, or not one we can read
+		return
 	}
-	if v[0] == nil {
-		in.Mode &^= umask & 0o777
-		return nil
-	}
-	def, err := parseACL(v[0])
-	if err != nil {
-		in.Mode &^= umask & 0o777 // not one we can read: as if none
-		return nil
-	}
-	a := def.inherit(in.Mode)
+	a = a.inherit(in.Mode)
 	in.Mode = in.Mode&^0o777 | a.mode()
 	if !a.minimal() {
 		t.tx.Put(t.fs.k.xattr(ino, aclAccess), a.bytes())
 	}
 	if in.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		t.tx.Put(t.fs.k.xattr(ino, aclDefault), v[0])
+		t.tx.Put(t.fs.k.xattr(ino, aclDefault), def)
 	}
-	return nil
 }
 
 // chmodACL keeps inode ino's access ACL, if it has one, in step with its

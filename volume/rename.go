@@ -33,17 +33,14 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	var moved, replaced uint64
 	e := n.fs.update(ctx, "rename", func(t *ntx) error {
 		moved, replaced = 0, 0
-		if err := t.load(n.ino, d.ino); err != nil {
+		ents, err := t.dirents([]uint64{n.ino, d.ino}, n.ino, name, d.ino, newName)
+		if err != nil {
 			return err
 		}
 		if _, err := t.dir(n.ino); err != nil {
 			return err
 		}
 		if _, err := t.dir(d.ino); err != nil {
-			return err
-		}
-		ents, err := t.dirents(n.ino, name, d.ino, newName)
-		if err != nil {
 			return err
 		}
 		src, dst := ents[0], ents[1]

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -310,5 +311,34 @@ func TestUncheckedCallers(t *testing.T) {
 	rootCaller := layer.WithCaller(ctx0, layer.Caller{Check: true})
 	if _, e := root.Lookup(rootCaller, "f", &a); e != 0 {
 		t.Fatalf("lookup by unchecked root: %v", e)
+	}
+}
+
+// TestPrefetchDropped: what a listing read for the lookups after it is
+// dropped when another client changes the file, so a lookup after the
+// change's delivery finds the new attributes, not the listing's.
+func TestPrefetchDropped(t *testing.T) {
+	lower := testVolume(t, 4096)
+	_, r1 := mount(t, lower)
+	fs2, r2 := mount(t, lower)
+	f := writeFile(t, r1, "f", []byte("x"))
+	told := make(chan struct{}, 16)
+	fs2.st.Events().Subscribe(func(ev layer.Event) {
+		if ev.Token == f.Token() {
+			told <- struct{}{}
+		}
+	})
+	s, e := r2.OpenDir(ctx0) // reads f's inode for the lookups to come
+	must(t, e)
+	s.Close()
+	var a layer.Attr
+	must(t, f.Setattr(ctx0, nil, &layer.SetAttr{Valid: layer.SetMode, Mode: 0o600}, &a))
+	select {
+	case <-told:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the chmod never reached the other client")
+	}
+	if _, e := r2.Lookup(ctx0, "f", &a); e != 0 || a.Mode&0o777 != 0o600 {
+		t.Fatalf("lookup after the change was delivered: mode %o, %v; want 600", a.Mode&0o777, e)
 	}
 }
