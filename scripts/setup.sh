@@ -11,8 +11,10 @@ export PATH=/usr/local/go/bin:$PATH
 # that package ships; attr: getfattr/setfattr;
 # sqlite3: two WAL writers in two views (test/coherence); diod: a 9P server
 # and independent 9P clients (diodls, diodcat, diodload) for test/net;
-# zstd: compress's known-answer check and the stored-size benchmark's floor.
-pkgs=(fuse3 fio stress-ng bindfs gocryptfs libfuse3-dev gcc pkgconf attr sqlite3 diod zstd)
+# zstd: compress's known-answer check and the stored-size benchmark's floor;
+# etcd-server, etcd-client, curl: the metadata engine of volumes and its
+# etcdctl, for scripts/engines.sh (docs/volume.md).
+pkgs=(fuse3 fio stress-ng bindfs gocryptfs libfuse3-dev gcc pkgconf attr sqlite3 diod zstd etcd-server etcd-client curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,6 +36,15 @@ if ! { pjdfstest --version || "$HOME/.cargo/bin/pjdfstest" --version; } 2>/dev/n
 	command -v cargo >/dev/null || { echo "setup: pjdfstest $pjd needs cargo with Rust 1.85 or later (rustup) to build: install it, then run $0 again" >&2; exit 1; }
 	cargo install --quiet --locked pjdfstest --version "$pjd"
 fi
+
+# versitygw, a real S3 server over a local directory, for volumes' block
+# stores in tests (scripts/engines.sh). Debian's etcd-server package enables
+# a service; the engines script runs its own members instead.
+vgw=v1.8.0
+if ! [ -x "$HOME/go/bin/versitygw" ]; then
+	go install "github.com/versity/versitygw/cmd/versitygw@$vgw"
+fi
+systemctl disable --now etcd >/dev/null 2>&1 || true
 
 # CGO off: a static binary, and the credential switching of hostfs acts on
 # single threads, which cgo's thread handling does not disturb.

@@ -23,6 +23,7 @@ import (
 	"github.com/shalefs/shale/metrics"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/stack"
+	"github.com/shalefs/shale/volume"
 )
 
 type mountFlags struct {
@@ -272,6 +273,10 @@ func checkMountArgs(lower, mnt string, nonempty bool) (string, string, error) {
 // symlink-free, or a well-formed 9p:// URL.
 func checkLower(lower string) (string, error) {
 	if _, ok, err := p9net.ParseRemote(lower); ok {
+		return lower, withCode(exitUsage, err)
+	}
+	if volume.IsURL(lower) {
+		_, err := volume.ParseURL(lower)
 		return lower, withCode(exitUsage, err)
 	}
 	lower, err := checkDir("lower directory", lower)

@@ -32,6 +32,7 @@ import (
 	_ "github.com/shalefs/shale/rot13"
 	_ "github.com/shalefs/shale/shard"
 	"github.com/shalefs/shale/stack"
+	"github.com/shalefs/shale/volume"
 	_ "github.com/shalefs/shale/wrap"
 )
 
@@ -340,6 +341,11 @@ func (p *plan) build(f *mountFlags, logger *slog.Logger) (st *stack.Stack, nodes
 		opts.Denied = (&rootDenials{log: logger, lower: p.spec.Lower}).denied
 	}
 	if p.spec.CoherenceOff {
+		return st, nodes, opts, nil
+	}
+	if volume.IsURL(p.spec.Lower) {
+		// The volume's etcd watch raises the other clients' changes as
+		// events, like the watch of a directory (docs/volume.md).
 		return st, nodes, opts, nil
 	}
 	if _, ok, _ := p9net.ParseRemote(p.spec.Lower); ok {

@@ -53,13 +53,16 @@ var pjdfstestDiffers = map[string]map[string][2]string{
 	}(),
 }
 
-// pjdfstestStacks names the stacks of the CI run: the loop view and
-// shale's client of shale serve. SHALE_PJDFSTEST=all runs every stack
+// pjdfstestStacks names the stacks of the CI run: the loop view,
+// shale's client of shale serve, and a volume where its engines are given. SHALE_PJDFSTEST=all runs every stack
 // (the full run, docs/pjdfstest.md); a comma-separated list, those.
 func pjdfstestStacks() []*stack {
 	want := os.Getenv("SHALE_PJDFSTEST")
 	if want == "" {
 		want = "loop,9p"
+		if os.Getenv("SHALE_ETCD") != "" {
+			want += ",volume" // the engines are given (volume_test.go)
+		}
 	}
 	var out []*stack
 	for _, st := range suite.stacks {

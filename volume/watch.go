@@ -1,0 +1,75 @@
+package volume
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/shalefs/shale/layer"
+)
+
+// watch turns the changes other clients make to the volume, as etcd's
+// watch delivers them in order, into the stack's events: the kernel drops
+// what it caches of them within one delivery, not a timeout. Changes of
+// this client's own transactions are told already, by the operations
+// that made them.
+func (fs *FS) watch(ctx context.Context, rev int64) {
+	for c := range fs.eng.Watch(ctx, fs.k.p, rev) {
+		if c.Lost {
+			fs.log.Warn("volume watch lost changes (compacted): dropping every cache", "volume", fs.f.Name, "rev", c.Rev)
+			fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
+			continue
+		}
+		mine := fs.isOwn(c.Rev)
+		fs.mu.Lock()
+		for r := range fs.own {
+			if r < c.Rev {
+				delete(fs.own, r) // the watch is past it
+			}
+		}
+		fs.mu.Unlock()
+		if mine || !fs.st.Events().Active() {
+			continue
+		}
+		kind, ino, name := fs.k.parse(c.Key)
+		switch kind {
+		case 'i':
+			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+			if c.Val == nil {
+				fs.gone(ino)
+				continue
+			}
+			if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
+				fs.refresh(ino, in)
+				fs.sawData(ino, in.DataVer)
+			}
+		case 'd':
+			fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})
+		case 'x':
+			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		}
+	}
+}
+
+// gone marks ino's open file, if any, as removed by another client.
+func (fs *FS) gone(ino uint64) {
+	if f := fs.openFile(ino); f != nil {
+		f.mu.Lock()
+		f.gone = true
+		f.mu.Unlock()
+	}
+}
+
+// refresh gives an open file with nothing to write back the inode another
+// client committed: its readers see the new data with the new size, as
+// the kernel will, rather than at their next open only.
+func (fs *FS) refresh(ino uint64, in *Inode) {
+	f := fs.openFile(ino)
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.changed && f.base != nil && f.cut < 0 {
+		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
+	}
+}
