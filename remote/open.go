@@ -79,6 +79,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		fid, iounit, q, e = n.openFid(c, h.who, flags)
 		return e != 0 && !c.Alive()
 	})
+	if e == syscall.EIO && flags&unix.O_TRUNC != 0 {
+		n.mayHaveChanged(ctx)
+	}
 	if e != 0 {
 		return nil, e
 	}
@@ -130,3 +133,31 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 // only ask for aligned I/O, which some servers refuse at open (diod:
 // EINVAL).
 func openFlags(flags uint32) uint32 { return p9wire.WireFlags(flags &^ unix.O_DIRECT) }
+
+// mayHaveChanged is told of a change to the file the server may have
+// made without the client knowing (an O_TRUNC open whose connection was
+// lost, and no other came in time): nothing of it stays cached, here or
+// in the kernels above, whose sizes come back only with a lookup, so its
+// names go too (else an O_APPEND write lands at the old size, past the
+// truncated end).
+func (n *node) mayHaveChanged(ctx context.Context) {
+	n.fs.cc.DropData(n.tok.Ino, 0, 0)
+	n.fs.cc.DropAttrs(n.tok.Ino)
+	n.fs.raise(ctx, layer.Data, n.tok, "")
+	type name struct {
+		dir  layer.Token
+		name string
+	}
+	var names []name
+	n.fs.tree.Lock()
+	for _, t := range n.twinsLocked() {
+		if t.parent != nil {
+			names = append(names, name{t.parent.tok, t.name})
+		}
+	}
+	n.fs.tree.Unlock()
+	for _, m := range names {
+		n.fs.cc.DropEntry(m.dir.Ino, m.name)
+		n.fs.raise(ctx, layer.Entries, m.dir, m.name)
+	}
+}

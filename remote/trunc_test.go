@@ -1,8 +1,12 @@
 package remote
 
 import (
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,4 +75,53 @@ func syncedFile(t *testing.T) (*spriteServer, layer.Node, layer.Handle) {
 	write(t, h, 0, "0123456789")
 	must(t, h.Fsync(bg, false), "fsync")
 	return x, f, h
+}
+
+// TestTruncOpenFailed: an open with O_TRUNC that the server made but
+// whose reply never came, the server out of reach past the timeout, fails
+// with EIO; the file may have been truncated, so nothing of it stays
+// cached, and its names are looked up again (the kernel's size with them):
+// before, an append put at the old size left zeros where the file's
+// bytes had been (a soak with --delegate, c3.8's f14).
+func TestTruncOpenFailed(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{Timeout: 300 * time.Millisecond})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "0123456789")
+	must(t, h.Fsync(bg, false), "fsync")
+	h.Release(bg)
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "getattr")
+	var mu sync.Mutex
+	var evs []layer.Event
+	a.fs.st.Events().Subscribe(func(ev layer.Event) {
+		mu.Lock()
+		evs = append(evs, ev)
+		mu.Unlock()
+	})
+	x.lose.Store(p9wire.Tlopen + 1)
+	x.setDown("a", true)
+	if _, e := f.Open(bg, unix.O_WRONLY|unix.O_TRUNC); e != syscall.EIO {
+		t.Fatalf("the open with the server out of reach: %v, want EIO", e)
+	}
+	if got := x.onServer(t, "f"); got != "" {
+		t.Fatalf("the server has %q: its open did not truncate, the test tests nothing", got)
+	}
+	mu.Lock()
+	named := slices.ContainsFunc(evs, func(ev layer.Event) bool { return ev.Kind == layer.Entries && ev.Name == "f" })
+	mu.Unlock()
+	if !named {
+		t.Fatalf("the failed open told the views nothing of the file's name: %+v", evs)
+	}
+	x.setDown("a", false)
+	deadline := time.Now().Add(slow)
+	for {
+		e := f.Getattr(bg, nil, &at)
+		if e == 0 && at.Size == 0 {
+			break
+		}
+		if e == 0 || time.Now().After(deadline) {
+			t.Fatalf("after the failed open the file's size is %d (%v), want 0, the server's", at.Size, e)
+		}
+	}
 }
