@@ -128,34 +128,6 @@ func TestUnlinkedLinkAfterRestart(t *testing.T) {
 	}
 }
 
-// A change of times keeps the delayed writes: the mtime set is the one
-// the write-back leaves (make compares them), and nothing is written
-// back for it.
-func TestSetMtimeKeepsDelayedWrites(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	defer h.Release(bg)
-	write(t, h, 0, "abc")
-	when := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
-	var out layer.Attr
-	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime | layer.SetAtime, Mtime: when, Atime: when}, &out), "utimes")
-	if !out.Mtime.Equal(when) || out.Size != 3 {
-		t.Fatalf("after utimes: mtime %v size %d, want %v and 3", out.Mtime, out.Size, when)
-	}
-	if got := x.onServer(t, "f"); got != "" {
-		t.Fatalf("the server has %q: written back for a change of times", got)
-	}
-	must(t, h.Fsync(bg, false), "fsync")
-	fi, err := os.Stat(filepath.Join(x.dir, "f"))
-	if err != nil || !fi.ModTime().Equal(when) || x.onServer(t, "f") != "abc" {
-		t.Fatalf("after fsync the server's f: mtime %v (%v), %q; want %v and abc", fi.ModTime(), err, x.onServer(t, "f"), when)
-	}
-	if st := a.fs.Stats().Sprite; st.WriteBacks["setattr"] != 0 || st.WriteBacks["fsync"] != 1 {
-		t.Fatalf("write-backs: %v", st.WriteBacks)
-	}
-}
-
 // A file whose own name went keeps a hard link's name in the client's
 // tree, and the directory that name is in stays there too while the
 // file has delayed writes, even when the kernel forgets the directory

@@ -2,7 +2,6 @@ package writeback
 
 import (
 	"context"
-	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -68,30 +67,25 @@ func (sf *sfile) overlayLocked(a *layer.Attr) {
 	}
 }
 
-// BeforeSetattr prepares a setattr of path. The returned func ends it,
-// after the Tsetattr, told whether the server made it: a change of size
-// then cuts the dirty data, and a change of mtime becomes the one the
-// write-back leaves (its write would move the server's again, and it
-// sets the file's mtime to the dirty data's last). The file stays locked
-// against write-backs meanwhile.
+// BeforeSetattr prepares a setattr of path: a change of times writes the
+// dirty data back first (its write would move them again; and a read of
+// what the client holds, which the server never sees, would not move
+// atime as relatime wants). The returned func ends it, after the
+// Tsetattr, told whether the server made it: a change of size then cuts
+// the dirty data too. The file stays locked against write-backs
+// meanwhile.
 func (w *Files) BeforeSetattr(ctx context.Context, tok layer.Token, in *layer.SetAttr) func(made bool) {
 	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return func(bool) {}
 	}
 	sf.mu.Lock()
-	now := time.Now()
+	if sf.d != nil && in.Valid&(layer.SetAtime|layer.SetAtimeNow|layer.SetMtime|layer.SetMtimeNow) != 0 {
+		w.writeBackLocked(ctx, sf, Setattr)
+	}
 	return func(made bool) {
 		if made && in.Valid&layer.SetSize != 0 {
 			w.truncateLocked(sf, int64(in.Size))
-		}
-		if made && sf.d != nil {
-			switch {
-			case in.Valid&layer.SetMtime != 0:
-				sf.d.mtime = in.Mtime
-			case in.Valid&layer.SetMtimeNow != 0:
-				sf.d.mtime = now
-			}
 		}
 		sf.mu.Unlock()
 	}
