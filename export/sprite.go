@@ -235,7 +235,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 				}
 			}
 			if write {
-				sp.returnLocked(st, k, me)
+				sp.returnLocked(st, k, me, true)
 			}
 			deadline := sp.returnDeadlineLocked(st, k, me)
 			for h, a := range st.asked {
@@ -579,10 +579,10 @@ func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 	// A delegation goes with the change's record, which its client
 	// applies before the change returns.
 	for h := range st.delegs {
-		if h != c.journal.Load() {
+		if h != c.journal.Load() { // its own change its client knows
 			js = append(js, h)
+			sp.undelegateLocked(st, h)
 		}
-		sp.undelegateLocked(st, h)
 	}
 	sp.mu.Unlock()
 	deadline := time.NewTimer(sp.recallTimeout)

@@ -54,12 +54,15 @@ func (sp *sprite) grantLocked(st *fstate, me *jrnl, shares, evicted bool) bool {
 }
 
 // returnLocked asks every client but me that holds a delegation of k to
-// give it back, unless asked already; me's own goes (its client drops it
-// as it changes the file).
-func (sp *sprite) returnLocked(st *fstate, k interestKey, me *jrnl) {
+// give it back, unless asked already. me's own stays, as its client
+// knows its own change, unless mineGoes (an open for writing, at which
+// its client drops it).
+func (sp *sprite) returnLocked(st *fstate, k interestKey, me *jrnl, mineGoes bool) {
 	for h := range st.delegs {
 		if h == me {
-			sp.undelegateLocked(st, h)
+			if mineGoes {
+				sp.undelegateLocked(st, h)
+			}
 			continue
 		}
 		if _, asked := st.returning[h]; asked {
@@ -125,7 +128,7 @@ func (sp *sprite) reclaimDelegations(ctx context.Context, k interestKey, c *conn
 		if st == nil {
 			return
 		}
-		sp.returnLocked(st, k, me)
+		sp.returnLocked(st, k, me, false)
 		deadline := sp.returnDeadlineLocked(st, k, me)
 		if deadline.IsZero() {
 			return

@@ -159,3 +159,28 @@ func TestDelegationHolderGone(t *testing.T) {
 		t.Fatal("a opened the file by its delegation while cut off")
 	}
 }
+
+// The holder's own rename keeps its delegation on both sides: another
+// client's open for writing after it still takes it back, and the
+// holder's next open reads what that client wrote.
+func TestDelegationKeptByOwnRename(t *testing.T) {
+	x, a, f := delegated(t, "old")
+	must(t, a.Rename(bg, "f", a, "g", 0), "rename f g")
+	b := spriteClient(t, x, "b", Options{})
+	hb := open(t, lookup(t, b, "g"), unix.O_WRONLY)
+	write(t, hb, 0, "NEW")
+	must(t, hb.Fsync(bg, false), "fsync")
+	hb.Release(bg)
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "getattr")
+	h := open(t, f, unix.O_RDONLY)
+	defer h.Release(bg)
+	if got := readAll(t, h); got != "NEW" {
+		t.Fatalf("a read %q after b's write, want NEW", got)
+	}
+	// Given back when b opened, not dropped at a's rename: otherwise a's
+	// next open before its journal told it of b's write read "old".
+	if st := a.fs.Stats().Sprite; st.Returns != 1 {
+		t.Fatalf("a gave back %d delegations, want 1", st.Returns)
+	}
+}
