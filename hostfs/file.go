@@ -2,13 +2,12 @@ package hostfs
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/lock"
 )
 
 // file is an open host file.
@@ -17,13 +16,7 @@ type file struct {
 	tok layer.Token
 	fs  *FS
 
-	mu     sync.Mutex
-	owners []lockOwner // who took locks through this open file
-}
-
-type lockOwner struct {
-	owner uint64
-	flock bool
+	locks lock.Open // who took locks through this open file
 }
 
 func (n *node) newFile(fd int) *file { return &file{fd: fd, tok: n.token, fs: n.fs} }
@@ -62,12 +55,7 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (int, layer.Er
 // Flush closes a duplicate so that a lower file system that reports
 // errors on close (NFS, FUSE) reports them to the closing process.
 func (f *file) Flush(ctx context.Context, owner uint64) layer.Errno {
-	f.fs.st.Locks().Release(f.tok, owner, false)
-	// Its locks are gone: Release must not drop ones it takes later
-	// through another open file.
-	f.mu.Lock()
-	f.owners = slices.DeleteFunc(f.owners, func(o lockOwner) bool { return o == lockOwner{owner, false} })
-	f.mu.Unlock()
+	f.locks.Flush(f.fs.st.Locks(), f.tok, owner)
 	fd, err := unix.Dup(f.fd)
 	if err != nil {
 		return errno(err)
@@ -85,14 +73,7 @@ func (f *file) Fsync(ctx context.Context, datasync bool) layer.Errno {
 }
 
 func (f *file) Release(ctx context.Context) layer.Errno {
-	// flock and OFD locks belong to the open file, and the kernel sends
-	// no unlock for them when it goes; a POSIX lock owner has flushed its
-	// locks before the last close, so releasing every owner is safe.
-	f.mu.Lock()
-	for _, o := range f.owners {
-		f.fs.st.Locks().Release(f.tok, o.owner, o.flock)
-	}
-	f.mu.Unlock()
+	f.locks.Release(f.fs.st.Locks(), f.tok)
 	err := unix.Close(f.fd)
 	f.fd = -1
 	return errno(err)
@@ -148,16 +129,7 @@ func (f *file) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait boo
 			return e
 		}
 	}
-	e := f.fs.st.Locks().Set(ctx, f.tok, owner, lk, wait)
-	if e == 0 && lk.Type != syscall.F_UNLCK {
-		o := lockOwner{owner, lk.Flock}
-		f.mu.Lock()
-		if !slices.Contains(f.owners, o) {
-			f.owners = append(f.owners, o)
-		}
-		f.mu.Unlock()
-	}
-	return e
+	return f.locks.Set(ctx, f.fs.st.Locks(), f.tok, owner, lk, wait)
 }
 
 // lockable tells whether the open file's access mode allows a POSIX lock

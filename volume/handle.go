@@ -2,13 +2,12 @@ package volume
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/lock"
 )
 
 // handle is an open file: its shared state and the lock owners that used
@@ -17,13 +16,7 @@ type handle struct {
 	f     *fileState
 	flags uint32
 
-	mu     sync.Mutex
-	owners []lockOwner
-}
-
-type lockOwner struct {
-	owner uint64
-	flock bool
+	locks lock.Open
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
@@ -76,21 +69,14 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.
 // Flush writes back at every close: the next open, on any client, reads
 // what was written (close-to-open).
 func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
-	h.f.fs.st.Locks().Release(token(h.f.ino), owner, false)
-	h.mu.Lock()
-	h.owners = slices.DeleteFunc(h.owners, func(o lockOwner) bool { return o == lockOwner{owner, false} })
-	h.mu.Unlock()
+	h.locks.Flush(h.f.fs.st.Locks(), token(h.f.ino), owner)
 	return h.f.writeBack(ctx)
 }
 
 func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno { return h.f.writeBack(ctx) }
 
 func (h *handle) Release(ctx context.Context) layer.Errno {
-	h.mu.Lock()
-	for _, o := range h.owners {
-		h.f.fs.st.Locks().Release(token(h.f.ino), o.owner, o.flock)
-	}
-	h.mu.Unlock()
+	h.locks.Release(h.f.fs.st.Locks(), token(h.f.ino))
 	e := h.f.writeBack(ctx)
 	h.f.fs.release(h.f)
 	return e
@@ -146,14 +132,5 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 }
 
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
-	e := h.f.fs.st.Locks().Set(ctx, token(h.f.ino), owner, lk, wait)
-	if e == 0 && lk.Type != syscall.F_UNLCK {
-		o := lockOwner{owner, lk.Flock}
-		h.mu.Lock()
-		if !slices.Contains(h.owners, o) {
-			h.owners = append(h.owners, o)
-		}
-		h.mu.Unlock()
-	}
-	return e
+	return h.locks.Set(ctx, h.f.fs.st.Locks(), token(h.f.ino), owner, lk, wait)
 }
