@@ -284,27 +284,22 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	d.raiseGone(ctx, c, ndfid, id.uid, newName)
 	movedKnown, overKnown := n.known(name), d.known(newName)
 	known := append(slices.Clone(movedKnown), overKnown...)
-	var links map[uint64]uint32
-	if n.tok != d.tok || name != newName {
-		var over []uint64 // not another name of the moved file
+	same := n.tok == d.tok && name == newName
+	var replaced []uint64 // what newName was, not another name of the moved file
+	if !same {
 		for _, p := range overKnown {
 			if !slices.Contains(movedKnown, p) {
-				over = append(over, p)
+				replaced = append(replaced, p)
 			}
 		}
-		links = d.unlinking(ctx, c, ndfid, newName, over)
 	}
+	links := d.unlinking(ctx, c, ndfid, newName, replaced)
 	defer n.fs.wb.NameChange(known)()
 	if err := n.fs.renameat(c, dfid, name, ndfid, newName); err != nil && !n.lostButMade(ctx, err, name, movedKnown, d, newName) {
 		return session.Errno(err)
 	}
-	same := n.tok == d.tok && name == newName
-	if !same {
-		for _, p := range overKnown {
-			if !slices.Contains(movedKnown, p) {
-				n.fs.wb.Unlinked(p, links[p]) // replaced
-			}
-		}
+	for _, p := range replaced {
+		n.fs.wb.Unlinked(p, links[p])
 	}
 	n.fs.cc.DropEntry(n.tok.Ino, name)
 	n.fs.cc.DropEntry(d.tok.Ino, newName)
