@@ -276,7 +276,14 @@ func TestCacheTorture(t *testing.T) {
 		}
 		start := time.Now()
 		for i, m := range mnts {
-			waitFor(t, fmt.Sprintf("delivery to client %d of f%d %s", i, f, how), readIs(filepath.Join(m, fmt.Sprintf("f%d", f)), content(v)))
+			read := readIs(filepath.Join(m, fmt.Sprintf("f%d", f)), content(v))
+			waitFor(t, fmt.Sprintf("delivery to client %d of f%d %s", i, f, how), func() string {
+				if msg := read(); msg != "" {
+					b, _ := os.ReadFile(filepath.Join(lower, fmt.Sprintf("f%d", f)))
+					return fmt.Sprintf("%s; LOWER has %q", msg, b)
+				}
+				return ""
+			})
 		}
 		delays = append(delays, time.Since(start))
 		delivered[f].Store(v)

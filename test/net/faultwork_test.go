@@ -449,7 +449,11 @@ func (w *faultWorker) run(o *faultOp) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return faultClass(b), nil
+		class := faultClass(b)
+		if class == "junk 0" {
+			class += " " + faultDescribe(b) // what it is made of, for the report
+		}
+		return class, nil
 	}
 	return "", fmt.Errorf("unknown operation %s", o.kind)
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,13 +92,21 @@ func serve(t *testing.T, address string, args ...string) *server {
 		listen = "unix:" + address
 	}
 	s := &server{log: &bytes.Buffer{}, done: make(chan error, 1)}
+	if netDebug() {
+		args = append([]string{"--log-level", "debug"}, args...)
+	}
 	s.cmd = exec.Command(shale, append([]string{"serve", "--listen", listen}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("the end of shale serve %s's log:\n%s", address, tail(s.log.String(), 60))
+		}
+	})
 	network := "tcp"
 	if strings.HasPrefix(address, "/") {
 		network = "unix"
@@ -139,12 +148,40 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // mount mounts lower (a 9p:// URL) at a new directory and returns it.
+// Its log goes to a file, whose end a failed test prints.
 func mount(t *testing.T, lower string, args ...string) string {
 	t.Helper()
 	mnt := tempDir(t)
+	if !slices.Contains(args, "--log") {
+		log := filepath.Join(tempDir(t), "mount.log")
+		args = append(args, "--log", log)
+		t.Cleanup(func() { logTail(t, "mount "+mnt, log) })
+	}
+	if netDebug() {
+		args = append(args, "--log-level", "debug")
+	}
 	run(t, shale, append(append([]string{"mount"}, args...), lower, mnt)...)
 	t.Cleanup(func() { umount(mnt) })
 	return mnt
+}
+
+// netDebug: SHALE_NET_DEBUG=1 makes servers and mounts log at debug
+// level, for a failure that needs their walks and discards.
+func netDebug() bool { return os.Getenv("SHALE_NET_DEBUG") != "" }
+
+// logTail prints the last lines of a log file if t failed.
+func logTail(t *testing.T, what, file string) {
+	if !t.Failed() {
+		return
+	}
+	b, _ := os.ReadFile(file)
+	t.Logf("the end of %s's log:\n%s", what, tail(string(b), 60))
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func umount(mnt string) {
