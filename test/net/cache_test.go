@@ -210,9 +210,19 @@ func TestCacheTwoClients(t *testing.T) {
 // Sprite's Status). fuseview makes that rare, not impossible: it may be
 // one read, and one more in every 10,000 (one in 200,000 on this machine;
 // one in 800 before atomic O_TRUNC).
+//
+// SHALE_TORTURE=DURATION sets how long it runs; SHALE_TORTURE_RTT=DURATION
+// puts a link of that round-trip time between the clients and the server.
 func TestCacheTorture(t *testing.T) {
 	const files = 6
-	lower, _, url := cacheServer(t, files)
+	lower, addr, url := cacheServer(t, files)
+	if rtt := os.Getenv("SHALE_TORTURE_RTT"); rtt != "" {
+		// A slower link widens the windows a race needs.
+		relay := freePort(t)
+		p := delayProxy(t, relay, addr, "--rtt", rtt)
+		t.Cleanup(func() { stopProxy(p) })
+		url = "9p://" + relay + "/"
+	}
 	mnts := []string{mount(t, url), mount(t, url), mount(t, url)}
 	var (
 		wmu       sync.Mutex // one writer at a time: versions only grow
@@ -302,8 +312,8 @@ func TestCacheTorture(t *testing.T) {
 }
 
 // delayProxy runs shale delay from listen to to: a connection to kill.
-func delayProxy(t *testing.T, listen, to string) *exec.Cmd {
-	cmd := exec.Command(shale, "delay", "--listen", listen, "--to", to)
+func delayProxy(t *testing.T, listen, to string, args ...string) *exec.Cmd {
+	cmd := exec.Command(shale, append([]string{"delay", "--listen", listen, "--to", to}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,7 @@ func serve(t *testing.T, address string, args ...string) *server {
 		s.stop()
 		if t.Failed() {
 			t.Logf("the end of shale serve %s's log:\n%s", address, tail(s.log.String(), 60))
+			keepLog(t, "serve "+address, s.log.Bytes())
 		}
 	})
 	network := "tcp"
@@ -166,7 +167,8 @@ func mount(t *testing.T, lower string, args ...string) string {
 }
 
 // netDebug: SHALE_NET_DEBUG=1 makes servers and mounts log at debug
-// level, for a failure that needs their walks and discards.
+// level, for a failure that needs their walks and discards; set to a
+// directory, a failed test's whole logs are kept there too.
 func netDebug() bool { return os.Getenv("SHALE_NET_DEBUG") != "" }
 
 // logTail prints the last lines of a log file if t failed.
@@ -176,6 +178,24 @@ func logTail(t *testing.T, what, file string) {
 	}
 	b, _ := os.ReadFile(file)
 	t.Logf("the end of %s's log:\n%s", what, tail(string(b), 60))
+	keepLog(t, what, b)
+}
+
+// keepLog keeps a failed test's whole log in SHALE_NET_DEBUG's
+// directory, if it names one.
+func keepLog(t *testing.T, what string, b []byte) {
+	dir := os.Getenv("SHALE_NET_DEBUG")
+	if !filepath.IsAbs(dir) {
+		return
+	}
+	f, err := os.CreateTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(what)+"-*.log")
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	f.Write(b)
+	f.Close()
+	t.Logf("%s's whole log: %s", what, f.Name())
 }
 
 // tail is the last n lines of s.
