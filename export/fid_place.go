@@ -271,13 +271,40 @@ func (p *place) setattrs(ctx context.Context, h layer.Handle, m *p9wire.Setattr)
 		return 0
 	}
 	var out layer.Attr
-	if e := n.Setattr(ctx, h, &s, &out); e != 0 {
+	e = n.Setattr(ctx, h, &s, &out)
+	if e == syscall.EPERM && killsPriv(ctx, n, h, &s) {
+		e = n.Setattr(ctx, h, &s, &out)
+	}
+	if e != 0 {
 		return e
 	}
 	if s.Valid&layer.SetSize != 0 {
 		p.c.s.sp.changed(ctx, interestKey{p.r, p.qid().Path}, p.c)
 	}
 	return 0
+}
+
+// killsPriv tells whether s, refused, is the mode change a client's
+// kernel sends for a write or truncation by a caller other than the
+// owner (9P2000.L cannot say so): the file's mode without some (or none)
+// of its setuid and setgid bits, and nothing else changed. It marks it so
+// (SetKillSuidgid): anyone who may write the file may make it.
+func killsPriv(ctx context.Context, n layer.Node, h layer.Handle, s *layer.SetAttr) bool {
+	if s.Valid&layer.SetMode == 0 {
+		return false
+	}
+	var a layer.Attr
+	if n.Getattr(ctx, h, &a) != 0 || a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return false
+	}
+	cur := a.Mode & 0o7777
+	// Nothing to clear is one too: a truncation by the caller, just made
+	// below, cleared them already.
+	if kill := cur &^ s.Mode; kill&^(syscall.S_ISUID|syscall.S_ISGID) != 0 || s.Mode&^cur != 0 {
+		return false
+	}
+	s.Valid |= layer.SetKillSuidgid
+	return true
 }
 
 func timeOf(sec, nsec uint64) time.Time {

@@ -223,6 +223,14 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 		return e
 	}
 	defer n.done()
+	if in.Valid&layer.SetKillSuidgid != 0 && checking(ctx) {
+		if e := n.killPriv(ctx, fd, in.Mode); e != 0 {
+			return e
+		}
+		rest := *in
+		rest.Valid &^= layer.SetMode | layer.SetKillSuidgid
+		in = &rest
+	}
 	if err := n.fs.checked(ctx, func() error { return setattr(fd, h, in) }); err != nil {
 		return errno(err)
 	}
@@ -235,6 +243,27 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	}
 	n.fs.raise(ctx, kind, n.token, "")
 	return errno(statxAttr(fd, out))
+}
+
+// killPriv sets mode, the file's without some of its setuid and setgid
+// bits (layer.SetKillSuidgid), if the caller may write the file: as the
+// kernel clears them at such a caller's write, whoever owns the file.
+func (n *node) killPriv(ctx context.Context, fd int, mode uint32) layer.Errno {
+	err := n.fs.checked(ctx, func() error {
+		return unix.Faccessat2(unix.AT_FDCWD, procPath(fd), unix.W_OK, unix.AT_EACCESS)
+	})
+	if err != nil {
+		return errno(err)
+	}
+	var st unix.Statx_t
+	if err := statx(fd, &st); err != nil {
+		return errno(err)
+	}
+	cur := uint32(st.Mode) & 0o7777
+	if cur&^mode&^(unix.S_ISUID|unix.S_ISGID) != 0 || mode&^cur != 0 {
+		return syscall.EPERM // the mode changed since: more than that
+	}
+	return errno(unix.Chmod(procPath(fd), mode&0o7777))
 }
 
 // setattr applies in to the node fd holds, or to its open file h.

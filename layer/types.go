@@ -73,7 +73,11 @@ const (
 	SetAtimeNow
 	SetMtimeNow
 	SetCtime // ctime update only (e.g. after a chown that changed nothing)
-	// SetKillSuidgid asks to clear setuid/setgid as a write by the caller would.
+	// SetKillSuidgid, with SetMode, says that the mode change only
+	// clears setuid and setgid, as the kernel does at a write or
+	// truncation by a caller other than the owner: anyone who may write
+	// the file may make it (the bottom of the stack checks that, not
+	// ownership, for a caller with Check).
 	SetKillSuidgid
 )
 

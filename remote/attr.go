@@ -7,7 +7,6 @@ import (
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
-	"golang.org/x/sys/unix"
 )
 
 func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) layer.Errno {
@@ -94,23 +93,6 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	if in.Valid&layer.SetMode != 0 {
 		valid |= p9wire.SetattrMode
 		mode = in.Mode & 0o7777
-	} else if in.Valid&layer.SetKillSuidgid != 0 {
-		// 9P cannot ask for it: clear the bits as a write by the caller
-		// would, setgid only with group execute (else it marks mandatory
-		// locking).
-		ra, err := c.Getattr(fid)
-		if err != nil {
-			return session.Errno(err)
-		}
-		m := ra.Attr.Mode
-		kill := uint32(unix.S_ISUID)
-		if m&0o010 != 0 {
-			kill |= unix.S_ISGID
-		}
-		if m&unix.S_IFMT == unix.S_IFREG && m&kill != 0 {
-			valid |= p9wire.SetattrMode
-			mode = m & 0o7777 &^ kill
-		}
 	}
 	if in.Valid&layer.SetUid != 0 {
 		valid |= p9wire.SetattrUID

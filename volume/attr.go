@@ -58,14 +58,6 @@ func applyAttr(a *Inode, in *layer.SetAttr, now int64) {
 	v := in.Valid
 	if v&layer.SetMode != 0 {
 		a.Mode = a.Mode&syscall.S_IFMT | in.Mode&0o7777
-	} else if v&layer.SetKillSuidgid != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
-		// As a write by the caller would: setgid only with group
-		// execute (else it marks mandatory locking).
-		kill := uint32(syscall.S_ISUID)
-		if a.Mode&0o010 != 0 {
-			kill |= syscall.S_ISGID
-		}
-		a.Mode &^= kill
 	}
 	if v&layer.SetUid != 0 {
 		a.Uid = in.Uid
