@@ -45,16 +45,16 @@ func tortureTime(t *testing.T) time.Duration {
 }
 
 // cacheServer serves a new LOWER with files f0..f(n-1) and d/, and
-// returns LOWER and the 9p:// URL.
-func cacheServer(t *testing.T, n int, args ...string) (string, string, string) {
+// returns LOWER, the server and the 9p:// URL.
+func cacheServer(t *testing.T, n int, args ...string) (string, *server, string) {
 	lower := tempDir(t)
 	for i := range n {
 		writeFile(t, filepath.Join(lower, fmt.Sprintf("f%d", i)), []byte("v0"), 0o644)
 	}
 	os.Mkdir(filepath.Join(lower, "d"), 0o755)
 	addr := freePort(t)
-	serve(t, addr, append([]string{"--no-root-squash"}, append(args, lower)...)...)
-	return lower, addr, "9p://" + addr + "/"
+	srv := serve(t, addr, append([]string{"--no-root-squash"}, append(args, lower)...)...)
+	return lower, srv, "9p://" + addr + "/"
 }
 
 // cacheStats reads a mount's counters.
@@ -215,11 +215,11 @@ func TestCacheTwoClients(t *testing.T) {
 // puts a link of that round-trip time between the clients and the server.
 func TestCacheTorture(t *testing.T) {
 	const files = 6
-	lower, addr, url := cacheServer(t, files)
+	lower, srv, url := cacheServer(t, files)
 	if rtt := os.Getenv("SHALE_TORTURE_RTT"); rtt != "" {
 		// A slower link widens the windows a race needs.
 		relay := freePort(t)
-		p := delayProxy(t, relay, addr, "--rtt", rtt)
+		p := delayProxy(t, relay, srv.addr, "--rtt", rtt)
 		t.Cleanup(func() { stopProxy(p) })
 		url = "9p://" + relay + "/"
 	}
@@ -309,6 +309,13 @@ func TestCacheTorture(t *testing.T) {
 		s := cacheStats(t, m)
 		t.Logf("%s: hits %v misses %v records %v", m, s["hits"], s["misses"], s["records"])
 	}
+	// Every client lives and answers: a recall that timed out is a
+	// client that held delayed writes the others did not see.
+	if c := srv.counters(t); c["sprite.recall.timeouts"] != 0 || c["sprite.evictions"] != 0 {
+		t.Errorf("the server gave up %d recalls and evicted %d clients, all of them alive", c["sprite.recall.timeouts"], c["sprite.evictions"])
+	} else {
+		t.Logf("server: %d opens, %d recalls, %d shared", c["sprite.opens"], c["sprite.opens.recall"], c["sprite.opens.shared"])
+	}
 }
 
 // delayProxy runs shale delay from listen to to: a connection to kill.
@@ -340,7 +347,8 @@ func TestCacheReconnectAndRestart(t *testing.T) {
 	// Enough files that what every restart costs (the journal's open and
 	// reads, the root's attach: 7 requests) is not most of it.
 	const files = 40
-	lower, addr, _ := cacheServer(t, files)
+	lower, srv, _ := cacheServer(t, files)
+	addr := srv.addr
 	for i := range files {
 		p := filepath.Join(lower, fmt.Sprintf("f%d", i))
 		writeFile(t, p, randomBytes(t, 200<<10), 0o644)

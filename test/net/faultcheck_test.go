@@ -36,6 +36,7 @@ func (h *faultHarness) finish() {
 	if d := os.Getenv("SHALE_FAULT_LOG"); d != "" {
 		os.WriteFile(filepath.Join(d, "server.log"), []byte(strings.Join(h.srvLogs, "\n")), 0o644) // the servers stopped by faults
 	}
+	h.tally()
 	end := faultMono()
 
 	var (
@@ -224,11 +225,18 @@ func (h *faultHarness) finish() {
 	t.Logf("fault harness: %v; faults: %s (%s); slowest SIGTERM stop %v\n"+
 		"\t%d workloads (%d on a client killed); %d operations, %d acknowledged (%s), %d failed (%s)\n"+
 		"\tLOWER: %d files, %d bytes checked, %d sets of hard links, %d names left unknown by failed operations\n"+
-		"\treads of others' files: %d checked, %d stale, %d torn (a version being written), %d skipped (a fault between, no version yet, or a failed read)",
+		"\treads of others' files: %d checked, %d stale, %d torn (a version being written), %d skipped (a fault between, no version yet, or a failed read)\n"+
+		"\tthe servers: %d opens (%d for writing), %d recalled, %d shared, %d recalls timed out, %d evictions; %d write-backs (%d refused); %d delegations granted, %d returned",
 		time.Since(h.start).Round(time.Second), strings.Join(kinds, ", "), relay, slowest.Round(time.Millisecond),
 		len(h.works), sum.killed, sum.ops, sum.acked, strings.Join(byKind, ", "), sum.fails, strings.Join(whys, ", "),
 		sum.files, sum.bytes, sum.links, sum.wild,
-		sum.peeksChecked, sum.peeksStale, sum.peeksTorn, sum.peeksSkipped)
+		sum.peeksChecked, sum.peeksStale, sum.peeksTorn, sum.peeksSkipped,
+		h.sprite["sprite.opens"], h.sprite["sprite.opens.write"], h.sprite["sprite.opens.recall"], h.sprite["sprite.opens.shared"],
+		h.sprite["sprite.recall.timeouts"], h.sprite["sprite.evictions"], h.sprite["sprite.writebacks"], h.sprite["sprite.writebacks.refused"],
+		h.sprite["sprite.delegations.granted"], h.sprite["sprite.delegations.returns"])
+	if slices.Contains(h.srvArgs, "--delegate") && h.sprite["sprite.delegations.granted"] == 0 {
+		t.Errorf("the servers ran with --delegate and granted no delegation: the run did not try them")
+	}
 	// A conflict copy keeps data off the server: here, where no client
 	// writes another's files, it is a loss, unless a failed operation
 	// left its name unknown (a rename the server made without answering).

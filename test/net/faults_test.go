@@ -144,7 +144,8 @@ type faultHarness struct {
 	addr    string
 	srvArgs []string
 	srv     *server
-	srvLogs []string // the logs of the servers stopped so far
+	srvLogs []string          // the logs of the servers stopped so far
+	sprite  map[string]uint64 // the Sprite counters of the servers stopped so far (tally)
 	relay   *faultRelay
 	clients []*faultClient
 	works   []*faultWork // every workload, killed ones too
@@ -243,12 +244,14 @@ func (h *faultHarness) run(plan []string) {
 		ev := faultEvent{kind: kind, start: faultMono()}
 		switch kind {
 		case "sigterm":
+			h.tally()
 			t0 := time.Now()
 			h.srv.stop()
 			h.stops = append(h.stops, time.Since(t0))
 			h.srvLogs = append(h.srvLogs, h.srv.log.String())
 			h.srv = serve(t, h.addr, h.srvArgs...)
 		case "kill9":
+			h.tally()
 			kill9(h.srv)
 			h.srvLogs = append(h.srvLogs, h.srv.log.String())
 			h.srv = serve(t, h.addr, h.srvArgs...)
@@ -281,6 +284,18 @@ func (h *faultHarness) run(plan []string) {
 		}
 	}
 	h.finish()
+}
+
+// tally adds the server's Sprite counters to h.sprite, before it stops.
+func (h *faultHarness) tally() {
+	if h.sprite == nil {
+		h.sprite = map[string]uint64{}
+	}
+	for k, v := range h.srv.counters(h.t) {
+		if strings.HasPrefix(k, "sprite.") && k != "sprite.files" && k != "sprite.delegations.held" {
+			h.sprite[k] += v
+		}
+	}
 }
 
 // startWork starts a new workload for c, in a new directory of its mount.

@@ -8,12 +8,14 @@ package net
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,6 +83,7 @@ type server struct {
 	cmd  *exec.Cmd
 	done chan error
 	log  *bytes.Buffer
+	addr string // as serve was given it
 }
 
 // serve starts shale serve with args, listening on the network address
@@ -91,7 +94,7 @@ func serve(t *testing.T, address string, args ...string) *server {
 	if strings.HasPrefix(address, "/") {
 		listen = "unix:" + address
 	}
-	s := &server{log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s := &server{log: &bytes.Buffer{}, done: make(chan error, 1), addr: address}
 	if netDebug() {
 		args = append([]string{"--log-level", "debug"}, args...)
 	}
@@ -125,6 +128,36 @@ func serve(t *testing.T, address string, args ...string) *server {
 		}
 	}
 	t.Fatalf("shale serve did not listen on %s within 30s:\n%s", address, s.log)
+	return nil
+}
+
+// counters reads the server's stats file ("name value" lines) through
+// shale status; it fails t if the server does not answer.
+func (s *server) counters(t *testing.T) map[string]uint64 {
+	out, err := exec.Command(shale, "status", "--json").Output()
+	if err != nil {
+		t.Errorf("shale status: %v", err)
+		return nil
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var st struct {
+			Server *struct {
+				Pid   int    `json:"pid"`
+				Stats string `json:"stats"`
+			} `json:"server"`
+		}
+		if json.Unmarshal([]byte(line), &st) != nil || st.Server == nil || st.Server.Pid != s.cmd.Process.Pid {
+			continue
+		}
+		m := map[string]uint64{}
+		for _, l := range strings.Split(st.Server.Stats, "\n") {
+			if name, v, ok := strings.Cut(l, " "); ok {
+				m[name], _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		return m
+	}
+	t.Errorf("shale status lists no server of pid %d", s.cmd.Process.Pid)
 	return nil
 }
 
