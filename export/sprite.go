@@ -234,10 +234,15 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 					}
 				}
 			}
+			// A writer waits for the read delegations it takes back; a
+			// reader need not: it changes nothing, and the holders
+			// giving theirs back open for reading, so two of them
+			// waiting for each other's would both wait out the timeout.
+			var deadline time.Time
 			if write {
 				sp.returnLocked(st, k, me, true)
+				deadline = sp.returnDeadlineLocked(st, k, me)
 			}
-			deadline := sp.returnDeadlineLocked(st, k, me)
 			for h, a := range st.asked {
 				if h == me {
 					continue

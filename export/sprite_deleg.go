@@ -31,8 +31,8 @@ func (sp *sprite) grantLocked(st *fstate, me *jrnl, shares, evicted bool) bool {
 	if !sp.s.opts.Delegate || me == nil || shares || evicted || !me.takesDelegations() {
 		return false
 	}
-	if _, asked := st.returning[me]; asked {
-		return false
+	if len(st.returning) > 0 {
+		return false // a writer or a name change is taking them back
 	}
 	if st.delegs[me] {
 		return true

@@ -1,6 +1,8 @@
 package remote
 
 import (
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -94,6 +96,62 @@ func TestDelegationReturnedToWriter(t *testing.T) {
 	if got := readAll(t, h); got != "NEW" || lopens(a) == before {
 		t.Fatalf("a's open after the return read %q with %d Tlopens", got, lopens(a)-before)
 	}
+}
+
+// Two clients holding delegations, each with the file open under its
+// own, give them back to a writer at once: each opens its handle on the
+// server, and neither open may wait for the other's return (they did,
+// and both gave up after the recall timeout).
+func TestDelegationsReturnedByTwo(t *testing.T) {
+	x, a, f := delegated(t, "old")
+	b := spriteClient(t, x, "b", Options{})
+	fb := lookup(t, b, "f")
+	hb := open(t, fb, unix.O_RDONLY)
+	if got := readAll(t, hb); got != "old" {
+		t.Fatalf("b read %q", got)
+	}
+	hb.Release(bg)
+	if st := b.fs.Stats().Sprite; st.Delegations != 1 {
+		t.Fatalf("b holds %d delegations, want 1", st.Delegations)
+	}
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "getattr")
+	must(t, fb.Getattr(bg, nil, &at), "getattr")
+	ha, hb := open(t, f, unix.O_RDONLY), open(t, fb, unix.O_RDONLY)
+	defer ha.Release(bg)
+	defer hb.Release(bg)
+	c := spriteClient(t, x, "c", Options{})
+	hc := open(t, lookup(t, c, "f"), unix.O_WRONLY)
+	write(t, hc, 0, "NEW")
+	must(t, hc.Fsync(bg, false), "fsync")
+	hc.Release(bg)
+	for _, h := range []layer.Handle{ha, hb} {
+		if got := readAll(t, h); got != "NEW" {
+			t.Fatalf("a holder's open handle read %q after c's write, want NEW", got)
+		}
+	}
+	if n := serverCounter(t, x, "sprite.recall.timeouts"); n != 0 {
+		t.Fatalf("the server gave up %d returns of clients that answered", n)
+	}
+	if ra, rb := a.fs.Stats().Sprite.Returns, b.fs.Stats().Sprite.Returns; ra != 1 || rb != 1 {
+		t.Fatalf("returns: a %d, b %d; want 1 each", ra, rb)
+	}
+}
+
+// serverCounter is a counter of x's stats file.
+func serverCounter(t *testing.T, x *spriteServer, name string) uint64 {
+	t.Helper()
+	x.mu.Lock()
+	srv := x.s
+	x.mu.Unlock()
+	for _, l := range strings.Split(string(srv.Stats()), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && k == name {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in the server's stats", name)
+	return 0
 }
 
 // A rename over the file's name by another client takes the delegation
