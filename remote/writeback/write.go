@@ -46,9 +46,11 @@ func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, 
 	if wb != nil {
 		defer wb.c.Clunk(wb.fid)
 	}
-	if sf.uncached.Load() {
+	if sf.d == nil || sf.uncached.Load() {
 		// Write-shared: written through from now on, after what was
-		// delayed, which the write must not be overlaid by.
+		// delayed, which the write must not be overlaid by. (No dirty
+		// data: the loop found it write-shared, though an open's answer
+		// may have turned caching back on since.)
 		var e layer.Errno
 		if sf.d != nil {
 			e = w.writeBackLocked(ctx, sf, Uncache)
