@@ -248,6 +248,12 @@ func (h *faultHarness) finish() {
 			}
 		}
 	}
+	for _, c := range h.clients {
+		if log := strings.Join(c.logs, "\n"); strings.Contains(log, "panic in FS handler") {
+			i := strings.Index(log, "panic in FS handler")
+			report("client %s's mount panicked (go-fuse answered EIO):\n\t%s", c.name, log[i:min(len(log), i+1500)])
+		}
+	}
 	if len(sum.calm) > 0 {
 		report("%d operations failed with no fault in progress (the first %d):\n\t%s", len(sum.calm), min(len(sum.calm), 20),
 			strings.Join(sum.calm[:min(len(sum.calm), 20)], "\n\t"))

@@ -189,7 +189,14 @@ func mount(t *testing.T, lower string, args ...string) string {
 	if !slices.Contains(args, "--log") {
 		log := filepath.Join(tempDir(t), "mount.log")
 		args = append(args, "--log", log)
-		t.Cleanup(func() { logTail(t, "mount "+mnt, log) })
+		t.Cleanup(func() {
+			// go-fuse turns a handler's panic into EIO and logs it: a
+			// bug, whatever the program made of the EIO.
+			if b, _ := os.ReadFile(log); bytes.Contains(b, []byte("panic")) {
+				t.Errorf("mount %s logged a panic", mnt)
+			}
+			logTail(t, "mount "+mnt, log)
+		})
 	}
 	if netDebug() {
 		args = append(args, "--log-level", "debug")
