@@ -187,8 +187,10 @@ func (st *fstate) wakeLocked() {
 // applied the records queued for it: a write-back that another open
 // recalled just before may have changed the file, and what the opener's
 // caches (its kernel's too) hold of it must go first. A Tlcreate does not
-// wait: its client's kernel may hold the directory's lock, which that
-// client's journal, dropping an entry of it, would wait for.
+// wait, even one that recalled: its client's kernel holds the directory's
+// lock, which that client's journal, dropping an entry of it, would wait
+// for (TestCreateDoesNotWaitForItsJournal); the version it answers with
+// tells the client whether what it cached of the file is old.
 func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOpen, write, create bool) (uint32, syscall.Errno) {
 	var me *jrnl
 	if c != nil {
@@ -198,7 +200,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 	if write {
 		sp.writeOpens.Add(1)
 	}
-	recalled, graceWaited, waited, following := false, false, false, false
+	recalled, graceWaited, following := false, false, false
 	sp.mu.Lock()
 	for {
 		st := sp.stateLocked(k)
@@ -306,7 +308,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 				if recalled {
 					sp.recalls.Add(1)
 				}
-				if me != nil && (waited || !create) {
+				if me != nil && !create {
 					// What the recalled write-backs changed reaches the
 					// opener's journal as records: applied before the
 					// open returns, so its cache shows none of the old.
@@ -319,7 +321,6 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 			// Looked at again now and then: a holder's connection may
 			// go meanwhile, and its lease then bounds the wait.
 			wait = time.After(min(time.Until(deadline), recheck))
-			waited = true
 		}
 		wake := st.wake
 		sp.mu.Unlock()
