@@ -68,6 +68,7 @@ type blockStore struct {
 	enc   *zstd.Encoder
 	dec   *zstd.Decoder
 	cache *blockCache
+	disk  *diskCache // nil: none
 }
 
 // newBlockStore reaches the bucket with the credentials users expect: the
@@ -140,14 +141,22 @@ func (s *blockStore) put(ctx context.Context, data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s.cache.add(id, data)
+	s.keep(id, data)
 	return id, nil
 }
 
-// get returns the bytes of object id.
-func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
-	if b, ok := s.cache.get(id); ok {
+// get returns the bytes of object id, of which the caller needs the
+// first want (the block list's length of it): a cached copy shorter than
+// that is not the block, and is fetched again.
+func (s *blockStore) get(ctx context.Context, id string, want int) ([]byte, error) {
+	if b, ok := s.cache.get(id); ok && len(b) >= want {
 		return b, nil
+	}
+	if s.disk != nil {
+		if b, ok := s.disk.get(id, want); ok {
+			s.cache.add(id, b)
+			return b, nil
+		}
 	}
 	var b []byte
 	err := retry(ctx, func() error {
@@ -167,8 +176,24 @@ func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
 			return nil, fmt.Errorf("block %s: %v", id, err)
 		}
 	}
-	s.cache.add(id, b)
+	s.keep(id, b)
 	return b, nil
+}
+
+// keep caches block id in memory and on disk.
+func (s *blockStore) keep(id string, b []byte) {
+	s.cache.add(id, b)
+	if s.disk != nil {
+		s.disk.add(id, b)
+	}
+}
+
+// close saves the disk cache's index, for the next mount.
+func (s *blockStore) close() error {
+	if s.disk == nil {
+		return nil
+	}
+	return s.disk.close()
 }
 
 // retry runs op until it succeeds, fails for good (the server answered
@@ -190,6 +215,9 @@ func retry(ctx context.Context, op func() error) error {
 
 func (s *blockStore) remove(ctx context.Context, id string) error {
 	s.cache.drop(id)
+	if s.disk != nil {
+		s.disk.drop(id)
+	}
 	return s.c.RemoveObject(ctx, s.d.Bucket, s.key(id), minio.RemoveObjectOptions{})
 }
 

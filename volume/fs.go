@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,10 @@ type FS struct {
 
 // Options tune a mounted volume.
 type Options struct {
-	CacheSize int64 // blocks kept in memory; 0: 256 MiB
+	// CacheSize bounds the blocks kept: in memory (0: 256 MiB), or with
+	// CacheDir on disk there, with at most 256 MiB of them in memory too.
+	CacheSize int64
+	CacheDir  string // the disk cache's directory (diskcache.go); "": none
 	Logger    *slog.Logger
 }
 
@@ -81,18 +85,25 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 	if err != nil {
 		return nil, err
 	}
-	if o.CacheSize == 0 {
-		o.CacheSize = 256 << 20
+	if o.Logger == nil {
+		o.Logger = st.Log()
 	}
-	bs, err := newBlockStore(ctx, d, f.Compression, o.CacheSize)
+	const memMax = 256 << 20
+	mem := cmp.Or(o.CacheSize, memMax)
+	if o.CacheDir != "" {
+		mem = min(mem, memMax)
+	}
+	bs, err := newBlockStore(ctx, d, f.Compression, mem)
 	if err != nil {
 		return nil, err
 	}
 	if err := bs.check(ctx); err != nil {
 		return nil, err
 	}
-	if o.Logger == nil {
-		o.Logger = st.Log()
+	if o.CacheDir != "" {
+		if bs.disk, err = openDiskCache(o.CacheDir, cmp.Or(o.CacheSize, memMax), o.Logger); err != nil {
+			return nil, err
+		}
 	}
 	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
 		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
@@ -122,7 +133,11 @@ func (fs *FS) Format() Format { return fs.f }
 // first by their handles' Flush, as the kernel closes them at unmount.
 func (fs *FS) Close() error {
 	fs.cancel()
-	return fs.eng.Close()
+	err := fs.blocks.close()
+	if eerr := fs.eng.Close(); err == nil {
+		err = eerr
+	}
+	return err
 }
 
 // errnoOf is the Errno for an error of a request: ours as they are, the
@@ -322,7 +337,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		_, root, err := Open(context.Background(), st, u, Options{Logger: st.Log()})
+		_, root, err := Open(context.Background(), st, u, Options{Logger: st.Log(), CacheDir: u.CacheDir, CacheSize: u.CacheSize})
 		return root, err
 	}})
 }
