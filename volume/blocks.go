@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	hexenc "encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -97,9 +98,17 @@ func newBlockStore(ctx context.Context, d DataURL, compression string, cacheSize
 	return s, nil
 }
 
+// errUnreachable is a check that had no answer from the server.
+var errUnreachable = errors.New("no answer")
+
 // check tells whether the bucket is there and ours to use.
 func (s *blockStore) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ok, err := s.c.BucketExists(ctx, s.d.Bucket)
+	if err != nil && minio.ToErrorResponse(err).StatusCode == 0 {
+		return fmt.Errorf("S3 %s: %w: %v (is the server up?)", s.d, errUnreachable, err)
+	}
 	if err != nil {
 		return fmt.Errorf("S3 %s: %v (check the endpoint and the AWS credentials)", s.d, err)
 	}

@@ -1,6 +1,8 @@
 package volume
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +36,41 @@ type diskCache struct {
 }
 
 const diskCacheFile = "blocks"
+
+// openBlocks reaches the volume's bucket and opens its caches: in memory,
+// and on disk with o.CacheDir. With a disk cache, an S3 server that does
+// not answer at mount is no error: what the cache holds is read, and the
+// rest waits for the server, as when it goes away later.
+func openBlocks(ctx context.Context, f Format, o Options) (*blockStore, error) {
+	d, err := ParseDataURL(f.Data)
+	if err != nil {
+		return nil, err
+	}
+	const memMax = 256 << 20
+	mem := cmp.Or(o.CacheSize, memMax)
+	if o.CacheDir != "" {
+		mem = min(mem, memMax)
+	}
+	bs, err := newBlockStore(ctx, d, f.Compression, mem)
+	if err != nil {
+		return nil, err
+	}
+	if o.CacheDir != "" {
+		if bs.disk, err = openDiskCache(o.CacheDir, cmp.Or(o.CacheSize, memMax), o.Logger); err != nil {
+			return nil, err
+		}
+	}
+	err = bs.check(ctx)
+	if errors.Is(err, errUnreachable) && bs.disk != nil {
+		o.Logger.Warn("S3 does not answer: reading what the block cache holds, the rest waits for it", "data", d, "err", err)
+		return bs, nil
+	}
+	if err != nil {
+		bs.close()
+		return nil, err
+	}
+	return bs, nil
+}
 
 // freeReserve is the part of the file system a cache leaves free: a
 // cache that took the last of a disk would make everything else on it

@@ -84,6 +84,9 @@ func TestDiskCacheRemount(t *testing.T) {
 	if got := readFile(t, lookup(t, root, "f")); !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes with the blocks gone from S3, want the %d cached on disk", len(got), len(data))
 	}
+	if fs.blocks.disk == nil {
+		t.Fatal("no disk cache")
+	}
 	if st := fs.blocks.disk.st.Stats(); st.Hits < 6 {
 		t.Errorf("disk cache hits %d, want 6", st.Hits)
 	}
@@ -161,6 +164,9 @@ func TestDiskCacheBound(t *testing.T) {
 	}
 	last := pattern(9, 256<<10)
 	writeFile(t, root, "last", last)
+	if fs.blocks.disk == nil {
+		t.Fatal("no disk cache")
+	}
 	if ev := fs.blocks.disk.st.Stats().Evictions; ev == 0 {
 		t.Error("no block was evicted")
 	}

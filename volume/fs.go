@@ -1,7 +1,6 @@
 package volume
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,39 +80,22 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 	if f.Version != formatVersion {
 		return nil, fmt.Errorf("volume %s has format %d; this shale reads format %d", name, f.Version, formatVersion)
 	}
-	d, err := ParseDataURL(f.Data)
-	if err != nil {
-		return nil, err
-	}
 	if o.Logger == nil {
 		o.Logger = st.Log()
 	}
-	const memMax = 256 << 20
-	mem := cmp.Or(o.CacheSize, memMax)
-	if o.CacheDir != "" {
-		mem = min(mem, memMax)
-	}
-	bs, err := newBlockStore(ctx, d, f.Compression, mem)
-	if err != nil {
-		return nil, err
-	}
-	if err := bs.check(ctx); err != nil {
-		return nil, err
-	}
-	if o.CacheDir != "" {
-		if bs.disk, err = openDiskCache(o.CacheDir, cmp.Or(o.CacheSize, memMax), o.Logger); err != nil {
-			return nil, err
-		}
-	}
-	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
-		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
-		timeout: 60 * time.Second}
 	// The watch starts at the revision the format was read at or later:
 	// what changes after this point reaches the kernel.
 	_, rev, err := eng.List(ctx, k.format(), 1)
 	if err != nil {
 		return nil, err
 	}
+	bs, err := openBlocks(ctx, f, o)
+	if err != nil {
+		return nil, err
+	}
+	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
+		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
+		timeout: 60 * time.Second}
 	fs.pre.init()
 	st.Events().Subscribe(fs.pre.drop)
 	wctx, cancel := context.WithCancel(context.Background())
