@@ -36,7 +36,7 @@
 #       stale reads (fresh opens after the writer's close that returned the
 #       old bytes) and the stat misses
 #
-# Needs root (drop_caches, allow_other, cp -a). See docs/benchmarks.md.
+# Needs root (drop_caches, allow_other). See docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -44,22 +44,15 @@ export PATH=/usr/local/go/bin:$HOME/go/bin:$PATH
 export LC_ALL=C
 . bench/lib.sh
 
-runs=3 out="" work=/var/tmp/shale-volbench systems=shale,rclone,s3fs,local
-files=10000 BIGMB=1024 rounds=5 waitsecs=10
-while getopts "n:o:d:s:N:b:r:t:h" opt; do
-	case $opt in
-	n) runs=$OPTARG ;;
-	o) out=$OPTARG ;;
-	d) work=$OPTARG ;;
-	s) systems=$OPTARG ;;
-	N) files=$OPTARG ;;
-	b) BIGMB=$OPTARG ;;
-	r) rounds=$OPTARG ;;
-	t) waitsecs=$OPTARG ;;
-	*) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
-	esac
+# The flags, by letter, with their defaults.
+declare -A opt=([n]=3 [o]="" [d]=/var/tmp/shale-volbench [s]=shale,rclone,s3fs,local [N]=10000 [b]=1024 [r]=5 [t]=10)
+while getopts "n:o:d:s:N:b:r:t:h" o; do
+	[[ $o == [nodsNbrt] ]] || { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+	opt[$o]=$OPTARG
 done
-for f in n:$runs N:$files b:$BIGMB r:$rounds t:$waitsecs; do positive "${f%%:*}" "${f#*:}"; done
+for o in n N b r t; do positive "$o" "${opt[$o]}"; done
+runs=${opt[n]} out=${opt[o]} work=${opt[d]} systems=${opt[s]}
+files=${opt[N]} BIGMB=${opt[b]} rounds=${opt[r]} waitsecs=${opt[t]}
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: run as root (it drops caches and mounts with allow_other)" >&2; exit 1; }
 IFS=, read -r -a syslist <<<"$systems"
 for s in "${syslist[@]}"; do
@@ -263,12 +256,7 @@ run_system() {
 }
 
 # --- run -------------------------------------------------------------------
-start=$EPOCHREALTIME
-for rep in $(seq "$runs"); do
-	log "repetition $rep of $runs"
-	for s in "${syslist[@]}"; do run_system "$s"; done
-done
-elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+repetitions
 
 # --- report ----------------------------------------------------------------
 report=$tmp/report.md
@@ -282,9 +270,4 @@ report=$tmp/report.md
 	echo
 	go run ./bench/volume/report -systems "$systems" <"$results"
 } >"$report"
-cat "$report"
-if [ -n "$out" ]; then
-	cp "$report" "$out"
-	cp "$results" "${out%.md}.tsv"
-	log "report in $out, raw results in ${out%.md}.tsv"
-fi
+publish "$report" "$results"

@@ -58,6 +58,18 @@ const (
 
 type results map[string]map[string][]float64 // row -> system -> values
 
+// add keeps value val of system sys's row (a number, or inf).
+func (r results) add(sys, row, val string) {
+	v, err := strconv.ParseFloat(val, 64)
+	if err != nil || math.IsNaN(v) {
+		return
+	}
+	if r[row] == nil {
+		r[row] = map[string][]float64{}
+	}
+	r[row][sys] = append(r[row][sys], v)
+}
+
 func (r results) median(w, s string) (float64, bool) {
 	v := slices.Clone(r[w][s])
 	if len(v) == 0 {
@@ -75,20 +87,10 @@ func main() {
 	flag.Parse()
 	systems := strings.Split(*sysFlag, ",")
 	res := results{}
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), "\t")
-		if len(f) != 4 {
-			continue
+	for sc := bufio.NewScanner(os.Stdin); sc.Scan(); {
+		if f := strings.Split(sc.Text(), "\t"); len(f) == 4 {
+			res.add(f[1], f[2], f[3])
 		}
-		v, err := strconv.ParseFloat(f[3], 64)
-		if err != nil || math.IsNaN(v) {
-			continue
-		}
-		if res[f[2]] == nil {
-			res[f[2]] = map[string][]float64{}
-		}
-		res[f[2]][f[1]] = append(res[f[2]][f[1]], v)
 	}
 	medians(res, systems)
 	speedups(res, systems)
