@@ -46,3 +46,25 @@ about_run() {
 positive() {
 	[[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): -$1 wants a positive number, got '$2'" >&2; exit 2; }
 }
+
+# repetitions: runs run_system for every system of syslist (in that order)
+# in each of $runs repetitions, with $rep set, and sets elapsed to the
+# seconds it all took.
+repetitions() {
+	local start=$EPOCHREALTIME s
+	for rep in $(seq "$runs"); do
+		log "repetition $rep of $runs"
+		for s in "${syslist[@]}"; do run_system "$s"; done
+	done
+	elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+}
+
+# publish REPORT RESULTS: prints the report, and with -o ($out) copies it
+# there and the raw results beside it (OUT.tsv).
+publish() {
+	cat "$1"
+	[ -n "$out" ] || return 0
+	cp "$1" "$out"
+	cp "$2" "${out%.md}.tsv"
+	log "report in $out, raw results in ${out%.md}.tsv"
+}

@@ -13,8 +13,9 @@ export PATH=/usr/local/go/bin:$PATH
 # and independent 9P clients (diodls, diodcat, diodload) for test/net;
 # zstd: compress's known-answer check and the stored-size benchmark's floor;
 # etcd-server, etcd-client, curl: the metadata engine of volumes and its
-# etcdctl, for scripts/engines.sh (docs/volume.md).
-pkgs=(fuse3 fio stress-ng bindfs gocryptfs libfuse3-dev gcc pkgconf attr sqlite3 diod zstd etcd-server etcd-client curl)
+# etcdctl, for scripts/engines.sh (docs/volume.md); rclone, s3fs: the
+# volume's benchmark peers over the same S3 server (bench/volume/run.sh).
+pkgs=(fuse3 fio stress-ng bindfs gocryptfs libfuse3-dev gcc pkgconf attr sqlite3 diod zstd etcd-server etcd-client curl rclone s3fs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	hexenc "encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -68,6 +69,7 @@ type blockStore struct {
 	enc   *zstd.Encoder
 	dec   *zstd.Decoder
 	cache *blockCache
+	disk  *diskCache // nil: none
 }
 
 // newBlockStore reaches the bucket with the credentials users expect: the
@@ -96,9 +98,17 @@ func newBlockStore(ctx context.Context, d DataURL, compression string, cacheSize
 	return s, nil
 }
 
+// errUnreachable is a check that had no answer from the server.
+var errUnreachable = errors.New("no answer")
+
 // check tells whether the bucket is there and ours to use.
 func (s *blockStore) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ok, err := s.c.BucketExists(ctx, s.d.Bucket)
+	if err != nil && minio.ToErrorResponse(err).StatusCode == 0 {
+		return fmt.Errorf("S3 %s: %w: %v (is the server up?)", s.d, errUnreachable, err)
+	}
 	if err != nil {
 		return fmt.Errorf("S3 %s: %v (check the endpoint and the AWS credentials)", s.d, err)
 	}
@@ -140,14 +150,22 @@ func (s *blockStore) put(ctx context.Context, data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s.cache.add(id, data)
+	s.keep(id, data)
 	return id, nil
 }
 
-// get returns the bytes of object id.
-func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
-	if b, ok := s.cache.get(id); ok {
+// get returns the bytes of object id, of which the caller needs the
+// first want (the block list's length of it): a cached copy shorter than
+// that is not the block, and is fetched again.
+func (s *blockStore) get(ctx context.Context, id string, want int) ([]byte, error) {
+	if b, ok := s.cache.get(id); ok && len(b) >= want {
 		return b, nil
+	}
+	if s.disk != nil {
+		if b, ok := s.disk.get(id, want); ok {
+			s.cache.add(id, b)
+			return b, nil
+		}
 	}
 	var b []byte
 	err := retry(ctx, func() error {
@@ -167,8 +185,24 @@ func (s *blockStore) get(ctx context.Context, id string) ([]byte, error) {
 			return nil, fmt.Errorf("block %s: %v", id, err)
 		}
 	}
-	s.cache.add(id, b)
+	s.keep(id, b)
 	return b, nil
+}
+
+// keep caches block id in memory and on disk.
+func (s *blockStore) keep(id string, b []byte) {
+	s.cache.add(id, b)
+	if s.disk != nil {
+		s.disk.add(id, b)
+	}
+}
+
+// close saves the disk cache's index, for the next mount.
+func (s *blockStore) close() error {
+	if s.disk == nil {
+		return nil
+	}
+	return s.disk.close()
 }
 
 // retry runs op until it succeeds, fails for good (the server answered
@@ -190,6 +224,9 @@ func retry(ctx context.Context, op func() error) error {
 
 func (s *blockStore) remove(ctx context.Context, id string) error {
 	s.cache.drop(id)
+	if s.disk != nil {
+		s.disk.drop(id)
+	}
 	return s.c.RemoveObject(ctx, s.d.Bucket, s.key(id), minio.RemoveObjectOptions{})
 }
 

@@ -217,7 +217,7 @@ func (f *fileState) fetch(ctx context.Context, b Block) ([]byte, layer.Errno) {
 	}
 	ctx, cancel := f.fs.ctx(ctx)
 	defer cancel()
-	data, err := f.fs.blocks.get(ctx, b.ID)
+	data, err := f.fs.blocks.get(ctx, b.ID, int(b.Len))
 	if err != nil {
 		return nil, f.fs.errnoOf("read block", err)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dustin/go-humanize"
 )
 
 // Format is what a volume records about itself when it is made (key
@@ -28,10 +31,13 @@ const formatVersion = 1
 const DefaultBlockSize = 4 << 20
 
 // URL is a volume's address: etcd://HOST:PORT[,HOST:PORT...]/NAME, with
-// ?cacert=F&cert=F&key=F for a cluster that speaks TLS (etcdctl's flags).
+// ?cacert=F&cert=F&key=F for a cluster that speaks TLS (etcdctl's flags),
+// and the client's cache: cachedir=DIR, cachesize=BYTES (Options).
 type URL struct {
-	Etcd EtcdConfig
-	Name string
+	Etcd      EtcdConfig
+	Name      string
+	CacheDir  string
+	CacheSize int64
 }
 
 // IsURL tells whether s names a volume rather than another lower.
@@ -76,9 +82,27 @@ func ParseURL(s string) (URL, error) {
 			u.Etcd.Key = v[0]
 		case "user":
 			u.Etcd.Username, u.Etcd.Password, _ = strings.Cut(v[0], ":")
+		case "cachedir":
+			if !filepath.IsAbs(v[0]) {
+				return URL{}, fmt.Errorf("%s: cachedir=%s: want an absolute directory", s, v[0])
+			}
+			u.CacheDir = v[0]
+		case "cachesize":
+			if v[0] == "off" || v[0] == "0" {
+				u.CacheSize = -1 // nothing cached
+				continue
+			}
+			n, err := humanize.ParseBytes(v[0])
+			if err != nil || n < 128<<10 || n > 1<<50 {
+				return URL{}, fmt.Errorf("%s: cachesize=%s: want a size such as 4GiB (at least 128KiB), or off", s, v[0])
+			}
+			u.CacheSize = int64(n)
 		default:
-			return URL{}, fmt.Errorf("%s: unknown option %s: a volume takes cacert, cert, key and user", s, k)
+			return URL{}, fmt.Errorf("%s: unknown option %s: a volume takes cacert, cert, key, user, cachedir and cachesize", s, k)
 		}
+	}
+	if u.CacheDir != "" && u.CacheSize < 0 {
+		return URL{}, fmt.Errorf("%s: cachedir with cachesize=off: give the disk cache a size", s)
 	}
 	return u, nil
 }

@@ -43,7 +43,10 @@ type FS struct {
 
 // Options tune a mounted volume.
 type Options struct {
-	CacheSize int64 // blocks kept in memory; 0: 256 MiB
+	// CacheSize bounds the blocks kept: in memory (0: 256 MiB), or with
+	// CacheDir on disk there, with at most 256 MiB of them in memory too.
+	CacheSize int64
+	CacheDir  string // the disk cache's directory (diskcache.go); "": none
 	Logger    *slog.Logger
 }
 
@@ -77,32 +80,22 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 	if f.Version != formatVersion {
 		return nil, fmt.Errorf("volume %s has format %d; this shale reads format %d", name, f.Version, formatVersion)
 	}
-	d, err := ParseDataURL(f.Data)
-	if err != nil {
-		return nil, err
-	}
-	if o.CacheSize == 0 {
-		o.CacheSize = 256 << 20
-	}
-	bs, err := newBlockStore(ctx, d, f.Compression, o.CacheSize)
-	if err != nil {
-		return nil, err
-	}
-	if err := bs.check(ctx); err != nil {
-		return nil, err
-	}
 	if o.Logger == nil {
 		o.Logger = st.Log()
 	}
-	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
-		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
-		timeout: 60 * time.Second}
 	// The watch starts at the revision the format was read at or later:
 	// what changes after this point reaches the kernel.
 	_, rev, err := eng.List(ctx, k.format(), 1)
 	if err != nil {
 		return nil, err
 	}
+	bs, err := openBlocks(ctx, f, o)
+	if err != nil {
+		return nil, err
+	}
+	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
+		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
+		timeout: 60 * time.Second}
 	fs.pre.init()
 	st.Events().Subscribe(fs.pre.drop)
 	wctx, cancel := context.WithCancel(context.Background())
@@ -122,7 +115,11 @@ func (fs *FS) Format() Format { return fs.f }
 // first by their handles' Flush, as the kernel closes them at unmount.
 func (fs *FS) Close() error {
 	fs.cancel()
-	return fs.eng.Close()
+	err := fs.blocks.close()
+	if eerr := fs.eng.Close(); err == nil {
+		err = eerr
+	}
+	return err
 }
 
 // errnoOf is the Errno for an error of a request: ours as they are, the
@@ -322,7 +319,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		_, root, err := Open(context.Background(), st, u, Options{Logger: st.Log()})
+		_, root, err := Open(context.Background(), st, u, Options{Logger: st.Log(), CacheDir: u.CacheDir, CacheSize: u.CacheSize})
 		return root, err
 	}})
 }

@@ -44,7 +44,7 @@ func TestGC(t *testing.T) {
 		t.Fatalf("gc freed %+v, want 4 objects (1 orphan, 2 records) of %d bytes", r, 3*4096+len("never swapped in"))
 	}
 	fs.blocks.cache.drop(orphan)
-	if _, err := fs.blocks.get(ctx0, orphan); err == nil {
+	if _, err := fs.blocks.get(ctx0, orphan, 0); err == nil {
 		t.Fatal("the orphan is still there")
 	}
 	// What the file uses stays: read on a client with no cached block.

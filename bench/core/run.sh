@@ -234,12 +234,7 @@ run_system() {
 }
 
 # --- run -------------------------------------------------------------------
-start=$EPOCHREALTIME
-for rep in $(seq "$runs"); do
-	log "repetition $rep of $runs"
-	for s in "${syslist[@]}"; do run_system "$s"; done
-done
-elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+repetitions
 
 # --- report ----------------------------------------------------------------
 report=$tmp/report.md
@@ -253,9 +248,4 @@ report=$tmp/report.md
 	echo
 	go run ./bench/core/report -systems "$systems" <"$results"
 } >"$report"
-cat "$report"
-if [ -n "$out" ]; then
-	cp "$report" "$out"
-	cp "$results" "${out%.md}.tsv"
-	log "report in $out, raw results in ${out%.md}.tsv"
-fi
+publish "$report" "$results"

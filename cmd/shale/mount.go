@@ -130,6 +130,11 @@ data, and --cache-dir DIR keeps it on disk, where a restarted mount finds it
 again. Other servers (diod) get close-to-open consistency, as with a LOWER
 that cannot be watched. "shale stats MOUNTPOINT" prints its counters.
 
+A volume (etcd://HOSTS/NAME, docs/volume.md) keeps its data blocks in memory,
+and with --cache-dir DIR on disk too, up to --cache-size (give it room, such as
+--cache-size 20GiB): blocks never change, so what is cached there is never
+stale, and a restarted mount reads it without asking S3.
+
 With a server that follows Sprite's consistency rules (shale serve), writes
 are delayed: data programs write stays on the client, in memory, for up to
 --write-delay (default 30s) and is written back to the server then, at fsync,
@@ -176,8 +181,8 @@ requests, cache hits and misses and delayed writes (shale_client_*).`,
 	f.registerLog(fl, "stderr with -f, else the system's log (journal or syslog)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the serving process to this file (for developers)")
 	fl.MarkHidden("cpuprofile")
-	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller: keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
-	fl.StringVar(&f.cacheSize, "cache-size", "256MiB", "with a 9p:// LOWER: the file data cached, in memory or on disk with --cache-dir; off for none")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "with a 9p:// LOWER whose server has a journal controller, or a volume (etcd://): keep the cache on disk in this directory, so that it survives a restart (one mount at a time)")
+	fl.StringVar(&f.cacheSize, "cache-size", "256MiB", "with a 9p:// LOWER or a volume: the file data cached, in memory or on disk with --cache-dir; off for none")
 	f.client = true
 	fl.DurationVar(&f.writeDelay, "write-delay", 30*time.Second, "with a 9p:// LOWER whose server follows Sprite's rules (shale serve): how long written data may stay on the client before it is written back; 0 writes through")
 	fl.StringVar(&f.dirtyMax, "dirty-max", "64MiB", "with a 9p:// LOWER: the most delayed data kept on the client; past it the files dirty longest are written back")

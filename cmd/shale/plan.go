@@ -121,11 +121,14 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 	if err := f.checkClientFlags(); err != nil {
 		return "", err
 	}
+	if volume.IsURL(lower) {
+		return f.cachedVolume(lower)
+	}
 	r, ok, err := p9net.ParseRemote(lower)
 	if !ok || err != nil {
 		switch {
 		case f.cacheDir != "":
-			return "", fmt.Errorf("--cache-dir %s: only a 9p:// LOWER is cached", f.cacheDir)
+			return "", fmt.Errorf("--cache-dir %s: only a 9p:// or etcd:// LOWER is cached", f.cacheDir)
 		case f.writeDelaySet:
 			return "", fmt.Errorf("--write-delay %v: only writes to a 9p:// LOWER are delayed", f.writeDelay)
 		case f.dirtyMaxSet:
@@ -154,14 +157,48 @@ func (f *mountFlags) cachedLower(lower string) (string, error) {
 	if f.dirtyMax != "" && !r.Query.Has("dirtymax") {
 		q.Set("dirtymax", f.dirtyMax)
 	}
+	return withQuery(lower, q), nil
+}
+
+// withQuery is lower with q added to its query.
+func withQuery(lower string, q url.Values) string {
 	if len(q) == 0 {
-		return lower, nil
+		return lower
 	}
 	sep := "?"
 	if strings.Contains(lower, "?") {
 		sep = "&"
 	}
-	return lower + sep + q.Encode(), nil
+	return lower + sep + q.Encode()
+}
+
+// cachedVolume adds --cache-dir and --cache-size to a volume's URL as
+// its cachedir and cachesize, where it has none of its own. Writes to a
+// volume are not delayed (close-to-open), so the delay flags are refused.
+func (f *mountFlags) cachedVolume(lower string) (string, error) {
+	switch {
+	case f.writeDelaySet:
+		return "", fmt.Errorf("--write-delay %v: writes to a volume are written back at close and fsync (docs/volume.md)", f.writeDelay)
+	case f.dirtyMaxSet:
+		return "", fmt.Errorf("--dirty-max %s: writes to a volume are written back at close and fsync (docs/volume.md)", f.dirtyMax)
+	}
+	_, query, _ := strings.Cut(lower, "?")
+	have, err := url.ParseQuery(query)
+	if err != nil {
+		return "", err
+	}
+	q := url.Values{}
+	if f.cacheDir != "" && !have.Has("cachedir") {
+		dir, err := filepath.Abs(f.cacheDir)
+		if err != nil {
+			return "", fmt.Errorf("--cache-dir %s: %v", f.cacheDir, err)
+		}
+		q.Set("cachedir", dir)
+	}
+	if f.cacheSize != "" && !have.Has("cachesize") {
+		q.Set("cachesize", f.cacheSize)
+	}
+	return withQuery(lower, q), nil
 }
 
 // checkClientFlags checks --write-delay, --dirty-max and --cache-size, as

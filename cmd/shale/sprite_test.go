@@ -20,6 +20,7 @@ import (
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
 	"github.com/shalefs/shale/stack"
+	"github.com/shalefs/shale/volume"
 )
 
 // TestClientFlagErrors: the 9P client's flags fail in one line, mounting
@@ -578,5 +579,37 @@ func TestSpriteMount(t *testing.T) {
 	}
 	if code, out := run(t, "umount", mnt); code != 0 {
 		t.Fatalf("shale umount: exit %d: %s", code, out)
+	}
+}
+
+// TestCachedVolume: --cache-dir and --cache-size reach a volume's URL as
+// cachedir (absolute) and cachesize, which volume.ParseURL reads; the
+// URL's own win; the delay flags, which a volume has no use for, are an
+// error.
+func TestCachedVolume(t *testing.T) {
+	mountDefaults := func() *mountFlags { return &mountFlags{client: true, cacheSize: "256MiB"} }
+	f := mountDefaults()
+	f.cacheDir, f.cacheSize = "rel/cache", "4GiB"
+	got, err := f.cachedLower("etcd://h:1/vol?cacert=/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := volume.ParseURL(got)
+	if err != nil {
+		t.Fatalf("%s: %v", got, err)
+	}
+	abs, _ := filepath.Abs("rel/cache")
+	if u.CacheDir != abs || u.CacheSize != 4<<30 || u.Etcd.CACert != "/c" {
+		t.Errorf("%s: cache %q of %d, cacert %q", got, u.CacheDir, u.CacheSize, u.Etcd.CACert)
+	}
+	if got, _ := f.cachedLower("etcd://h:1/vol?cachesize=1GiB"); !strings.Contains(got, "cachesize=1GiB") || strings.Contains(got, "4GiB") {
+		t.Errorf("the URL's own size: %s", got)
+	}
+	if got, err := mountDefaults().cachedLower("etcd://h:1/vol"); err != nil || got != "etcd://h:1/vol?cachesize=256MiB" {
+		t.Errorf("defaults: %q, %v", got, err)
+	}
+	f.writeDelaySet = true
+	if _, err := f.cachedLower("etcd://h:1/vol"); err == nil || !strings.Contains(err.Error(), "--write-delay") {
+		t.Errorf("--write-delay with a volume: %v", err)
 	}
 }

@@ -39,17 +39,6 @@ func TestEtcdMemberKilled(t *testing.T) {
 	dir := enginesDir(t)
 	lower := newVolume(t)
 	a, b := mount(t, lower), mount(t, lower)
-	b0, err := os.ReadFile(filepath.Join(dir, "m0.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b0)))
-	t.Cleanup(func() {
-		// Bring it back for the tests after this one.
-		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "engines.sh"), "start").CombinedOutput(); err != nil {
-			t.Errorf("restarting the engines: %v: %s", err, out)
-		}
-	})
 	step := func(i int) {
 		t.Helper()
 		p := filepath.Join(a, fmt.Sprint(i%7))
@@ -68,9 +57,7 @@ func TestEtcdMemberKilled(t *testing.T) {
 	for i := range 20 {
 		step(i)
 	}
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
-		t.Fatalf("kill -9 of member m0 (pid %d): %v", pid, err)
-	}
+	kill9(t, dir, "m0")
 	start := time.Now()
 	for i := 20; i < 60; i++ {
 		step(i)
@@ -79,6 +66,28 @@ func TestEtcdMemberKilled(t *testing.T) {
 	if out, err := exec.Command(shaleBin, "volume", "fsck", lower).CombinedOutput(); err != nil {
 		t.Fatalf("fsck with a member dead: %v\n%s", err, out)
 	}
+}
+
+// kill9 kills -9 the engine whose pid is in dir/NAME.pid (m0, s3...).
+// restart starts the engines again; the test's cleanup does too, for the
+// tests after it.
+func kill9(t *testing.T, dir, name string) (restart func()) {
+	t.Helper()
+	restart = func() {
+		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "engines.sh"), "start").CombinedOutput(); err != nil {
+			t.Errorf("restarting the engines: %v: %s", err, out)
+		}
+	}
+	t.Cleanup(restart)
+	b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatalf("kill -9 of %s (pid %d): %v", name, pid, err)
+	}
+	return restart
 }
 
 // repoRoot is the module's root, where scripts/ is.
@@ -100,20 +109,7 @@ func TestS3Gone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a, "old"), old, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	restart := func() {
-		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "engines.sh"), "start").CombinedOutput(); err != nil {
-			t.Errorf("restarting the engines: %v: %s", err, out)
-		}
-	}
-	t.Cleanup(restart)
-	pidb, err := os.ReadFile(filepath.Join(dir, "s3.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidb)))
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
-		t.Fatalf("kill -9 of the S3 server (pid %d): %v", pid, err)
-	}
+	restart := kill9(t, dir, "s3")
 	down := time.Now()
 	data := bytes.Repeat([]byte("written while S3 was gone "), 3000)
 	closed := make(chan error, 1)
@@ -136,4 +132,27 @@ func TestS3Gone(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(b, "new")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the other client read %d bytes, %v; want the %d written", len(got), err, len(data))
 	}
+}
+
+// TestS3GoneRemount: a mount with a disk cache writes a file and is
+// unmounted; with the S3 server killed, a new mount on the same cache
+// directory (as after a reboot) reads the file from disk.
+func TestS3GoneRemount(t *testing.T) {
+	dir := enginesDir(t)
+	lower := newVolume(t)
+	cache := t.TempDir()
+	flags := []string{"--cache-dir", cache, "--cache-size", "64MiB"}
+	a, umount := mountWith(t, lower, nil, flags...)
+	data := bytes.Repeat([]byte("from the disk cache "), 4000) // 80,000 bytes: 5 blocks
+	if err := os.WriteFile(filepath.Join(a, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	umount()
+	kill9(t, dir, "s3")
+	b, _ := mountWith(t, lower, nil, flags...)
+	start := time.Now()
+	if got, err := os.ReadFile(filepath.Join(b, "f")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("with S3 gone, a new mount read %d bytes (%v); want the %d bytes on disk", len(got), err, len(data))
+	}
+	t.Logf("read from the disk cache with S3 gone in %v", time.Since(start).Round(time.Millisecond))
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,28 +69,39 @@ func mount(t *testing.T, lower string) string { return mountEnv(t, lower) }
 // mountEnv is mount with variables for the serving process
 // (SHALE_VOLUME_WATCH=off: a client that does not watch).
 func mountEnv(t *testing.T, lower string, env ...string) string {
+	mnt, _ := mountWith(t, lower, env)
+	return mnt
+}
+
+// mountWith is mount with variables and flags; umount unmounts it before
+// the test ends, as the test's cleanup does if it has not.
+func mountWith(t *testing.T, lower string, env []string, flags ...string) (mnt string, umount func()) {
 	t.Helper()
-	mnt := t.TempDir()
-	cmd := exec.Command(shaleBin, "mount", lower, mnt)
+	mnt = t.TempDir()
+	cmd := exec.Command(shaleBin, append(append([]string{"mount"}, flags...), lower, mnt)...)
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("shale mount: %v: %s", err, out)
 	}
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			out, err := exec.Command(shaleBin, "umount", mnt).CombinedOutput()
-			if err == nil {
-				return
+	var once sync.Once
+	umount = func() {
+		once.Do(func() {
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				out, err := exec.Command(shaleBin, "umount", mnt).CombinedOutput()
+				if err == nil {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("shale umount %s: %v: %s", mnt, err, out)
+					exec.Command("umount", "-l", mnt).Run()
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("shale umount %s: %v: %s", mnt, err, out)
-				exec.Command("umount", "-l", mnt).Run()
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	return mnt
+		})
+	}
+	t.Cleanup(umount)
+	return mnt, umount
 }
 
 // eventually polls cond until it holds, for changes that reach another
