@@ -272,8 +272,8 @@ func (p *place) setattrs(ctx context.Context, h layer.Handle, m *p9wire.Setattr)
 	}
 	var out layer.Attr
 	e = n.Setattr(ctx, h, &s, &out)
-	if e == syscall.EPERM && killsPriv(ctx, n, h, &s) {
-		e = n.Setattr(ctx, h, &s, &out)
+	if e == syscall.EPERM && killsPriv(ctx, n, h, &s) && n.Setattr(ctx, h, &s, &out) == 0 {
+		e = 0 // else the chmod's own EPERM, not the write check's EACCES
 	}
 	if e != 0 {
 		return e
