@@ -273,6 +273,10 @@ func printSprite(w io.Writer, sp *remote.SpriteStats) {
 	} {
 		fmt.Fprintf(w, "  %-30s %10d %8s of opens\n", a.what, a.n, percent(a.n, sp.Opens))
 	}
+	// A delegated open skips the fid's walk, its Tlopen and, at the close,
+	// its clunk.
+	fmt.Fprintf(w, "delegations  %d granted, %d returned; %d opens without a request (%d requests saved)\n",
+		sp.Delegations, sp.Returns, sp.OpensDelegated, 3*sp.OpensDelegated)
 	if len(sp.Size) > 0 {
 		fmt.Fprintf(w, "%-12s %14s %14s\n", "cache size", "data", "dirty")
 		for _, z := range sp.Size {
