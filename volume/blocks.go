@@ -70,6 +70,8 @@ type blockStore struct {
 	dec   *zstd.Decoder
 	cache *blockCache
 	disk  *diskCache // nil: none
+
+	fetches fetches // in flight, and read-ahead (readahead.go)
 }
 
 // newBlockStore reaches the bucket with the credentials users expect: the
@@ -86,6 +88,7 @@ func newBlockStore(ctx context.Context, d DataURL, compression string, cacheSize
 		return nil, fmt.Errorf("S3 %s: %v", d, err)
 	}
 	s := &blockStore{c: c, d: d, cache: newBlockCache(cacheSize)}
+	s.fetches.init()
 	switch compression {
 	case "", "none":
 	case "zstd":
@@ -161,14 +164,25 @@ func (s *blockStore) get(ctx context.Context, id string, want int) ([]byte, erro
 	if b, ok := s.cache.get(id); ok && len(b) >= want {
 		return b, nil
 	}
+	return s.once(ctx, id, want)
+}
+
+// load reads block id from the disk cache, or else from S3.
+func (s *blockStore) load(ctx context.Context, id string, want int) ([]byte, error) {
 	if s.disk != nil {
 		if b, ok := s.disk.get(id, want); ok {
 			s.cache.add(id, b)
 			return b, nil
 		}
 	}
+	return s.fetch(ctx, id)
+}
+
+// fetch reads object id from S3 and caches it.
+func (s *blockStore) fetch(ctx context.Context, id string) ([]byte, error) {
 	var b []byte
 	err := retry(ctx, func() error {
+		s.fetches.gets.Add(1)
 		o, err := s.c.GetObject(ctx, s.d.Bucket, s.key(id), minio.GetObjectOptions{})
 		if err != nil {
 			return err
@@ -199,6 +213,7 @@ func (s *blockStore) keep(id string, b []byte) {
 
 // close saves the disk cache's index, for the next mount.
 func (s *blockStore) close() error {
+	s.fetches.stop()
 	if s.disk == nil {
 		return nil
 	}
@@ -258,6 +273,13 @@ func (c *blockCache) get(id string) ([]byte, bool) {
 	}
 	c.lru.MoveToFront(e)
 	return e.Value.(*cached).data, true
+}
+
+func (c *blockCache) has(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byID[id]
+	return ok
 }
 
 func (c *blockCache) add(id string, data []byte) {

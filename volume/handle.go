@@ -17,6 +17,7 @@ type handle struct {
 	flags uint32
 
 	locks lock.Open
+	seq   seqReads // for read-ahead
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
@@ -54,6 +55,10 @@ func (n *node) open(ctx context.Context, flags uint32, known *Inode) (layer.Hand
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
+	end := off + int64(len(dest))
+	if h.seq.sequential(off, end, h.f.bs()) {
+		h.f.readAhead(end) // first, to overlap this read's own fetch
+	}
 	return h.f.read(ctx, dest, off)
 }
 
