@@ -181,8 +181,8 @@ func (s *blockStore) load(ctx context.Context, id string, want int) ([]byte, err
 // fetch reads object id from S3 and caches it.
 func (s *blockStore) fetch(ctx context.Context, id string) ([]byte, error) {
 	var b []byte
+	s.fetches.gets.Add(1) // a block fetched, however many tries it takes
 	err := retry(ctx, func() error {
-		s.fetches.gets.Add(1)
 		o, err := s.c.GetObject(ctx, s.d.Bucket, s.key(id), minio.GetObjectOptions{})
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@ type fetches struct {
 	cancel context.CancelFunc // at close: ends read-ahead's fetches
 	wg     sync.WaitGroup
 
-	gets  atomic.Int64 // S3 GETs made
+	gets  atomic.Int64 // blocks fetched from S3 (a retried GET counts once)
 	ahead atomic.Int64 // of which for read-ahead
 }
 
