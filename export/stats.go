@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,21 @@ var typeNames = []struct {
 // Stats is the text of the journal tree's stats file, for a process's
 // own use (shale serve --metrics).
 func (s *Server) Stats() []byte { return s.stats() }
+
+// ParseStats reads a stats file b (Stats): its values by name, and the
+// names in the file's order.
+func ParseStats(b []byte) (v map[string]uint64, order []string) {
+	v = map[string]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		n, err := strconv.ParseUint(val, 10, 64)
+		if ok && err == nil {
+			v[name] = n
+			order = append(order, name)
+		}
+	}
+	return v, order
+}
 
 // stats is the text of the stats file: "name value" a line, names
 // without spaces, values decimal integers. docs/network.md lists them.

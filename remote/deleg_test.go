@@ -1,8 +1,6 @@
 package remote
 
 import (
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -144,14 +142,12 @@ func serverCounter(t *testing.T, x *spriteServer, name string) uint64 {
 	x.mu.Lock()
 	srv := x.s
 	x.mu.Unlock()
-	for _, l := range strings.Split(string(srv.Stats()), "\n") {
-		if k, v, ok := strings.Cut(l, " "); ok && k == name {
-			n, _ := strconv.ParseUint(v, 10, 64)
-			return n
-		}
+	v, _ := export.ParseStats(srv.Stats())
+	n, ok := v[name]
+	if !ok {
+		t.Fatalf("no %s in the server's stats", name)
 	}
-	t.Fatalf("no %s in the server's stats", name)
-	return 0
+	return n
 }
 
 // A rename over the file's name by another client takes the delegation

@@ -5,16 +5,14 @@ package main
 // package metrics; those of FUSE views and coherence are in fusestats.go.
 
 import (
-	"bufio"
-	"bytes"
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/metrics"
 	"github.com/shalefs/shale/remote"
 )
@@ -183,16 +181,12 @@ var serverHelp = map[string]string{
 // NAME, with '.' made '_'.
 func serverSamples(text []byte) []metrics.Sample {
 	var out []metrics.Sample
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
-		if !ok || serverSkipped[name] {
+	vals, order := export.ParseStats(text)
+	for _, name := range order {
+		if serverSkipped[name] {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			continue
-		}
+		v := float64(vals[name])
 		if typ, ok := strings.CutPrefix(name, "requests."); ok {
 			out = append(out, metrics.Sample{Name: "shale_server_requests_total",
 				Help: "9P requests read, by type.", Labels: map[string]string{"type": typ}, Value: v})

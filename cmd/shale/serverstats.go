@@ -5,21 +5,20 @@ package main
 // it is.
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/shalefs/shale/export"
 )
 
 // printServerStats prints the statistics file b as tables. Lines it does
 // not know (a newer server's) follow as they are.
 func printServerStats(w io.Writer, b []byte) {
-	v, order := parseServerStats(b)
+	v, order := export.ParseStats(b)
 	used := map[string]bool{}
 	get := func(name string) uint64 { used[name] = true; return v[name] }
 	fmt.Fprintf(w, "connections  %d now (%d sessions), %d pending, %d reaped, %d refused\n",
@@ -73,20 +72,4 @@ func printServerStats(w io.Writer, b []byte) {
 	if len(rest) > 0 {
 		fmt.Fprintf(w, "\nother\n  %s\n", strings.Join(rest, "\n  "))
 	}
-}
-
-// parseServerStats reads the statistics file b: its values by name, and
-// the names in the file's order.
-func parseServerStats(b []byte) (v map[string]uint64, order []string) {
-	v = map[string]uint64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		n, err := strconv.ParseUint(val, 10, 64)
-		if ok && err == nil {
-			v[name] = n
-			order = append(order, name)
-		}
-	}
-	return v, order
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
 )
@@ -72,7 +73,7 @@ func (d *rootDenials) explain(op string) {
 		said = true
 		return
 	}
-	if v, _ := parseServerStats(b); v["squash.refused"] > 0 {
+	if v, _ := export.ParseStats(b); v["squash.refused"] > 0 {
 		d.log.Warn("the 9p server refused a request of root: it squashes root, which acts as nobody (65534) there; start shale serve with --no-root-squash to let root act as root, or give nobody the rights it needs",
 			"server", server, "request", op)
 		said = true

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/p9net"
 	"github.com/shalefs/shale/remote"
 )
@@ -103,7 +104,7 @@ statistics file as {"name": value, ...}.`,
 				}
 				switch {
 				case asJSON:
-					v, _ := parseServerStats(b)
+					v, _ := export.ParseStats(b)
 					return json.NewEncoder(os.Stdout).Encode(v)
 				case format == "raw":
 					os.Stdout.Write(b)
