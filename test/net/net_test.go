@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/internal/shaletest"
 )
 
@@ -106,10 +106,7 @@ func serve(t *testing.T, address string, args ...string) *server {
 	go func() { s.done <- s.cmd.Wait() }()
 	t.Cleanup(func() {
 		s.stop()
-		if t.Failed() {
-			t.Logf("the end of shale serve %s's log:\n%s", address, tail(s.log.String(), 60))
-			keepLog(t, "serve "+address, s.log.Bytes())
-		}
+		logTail(t, "serve "+address, s.log.Bytes())
 	})
 	network := "tcp"
 	if strings.HasPrefix(address, "/") {
@@ -149,12 +146,7 @@ func (s *server) counters(t *testing.T) map[string]uint64 {
 		if json.Unmarshal([]byte(line), &st) != nil || st.Server == nil || st.Server.Pid != s.cmd.Process.Pid {
 			continue
 		}
-		m := map[string]uint64{}
-		for _, l := range strings.Split(st.Server.Stats, "\n") {
-			if name, v, ok := strings.Cut(l, " "); ok {
-				m[name], _ = strconv.ParseUint(v, 10, 64)
-			}
-		}
+		m, _ := export.ParseStats([]byte(st.Server.Stats))
 		return m
 	}
 	t.Errorf("shale status lists no server of pid %d", s.cmd.Process.Pid)
@@ -192,10 +184,11 @@ func mount(t *testing.T, lower string, args ...string) string {
 		t.Cleanup(func() {
 			// go-fuse turns a handler's panic into EIO and logs it: a
 			// bug, whatever the program made of the EIO.
-			if b, _ := os.ReadFile(log); bytes.Contains(b, []byte("panic")) {
+			b, _ := os.ReadFile(log)
+			if bytes.Contains(b, []byte("panic")) {
 				t.Errorf("mount %s logged a panic", mnt)
 			}
-			logTail(t, "mount "+mnt, log)
+			logTail(t, "mount "+mnt, b)
 		})
 	}
 	if netDebug() {
@@ -211,19 +204,13 @@ func mount(t *testing.T, lower string, args ...string) string {
 // directory, a failed test's whole logs are kept there too.
 func netDebug() bool { return os.Getenv("SHALE_NET_DEBUG") != "" }
 
-// logTail prints the last lines of a log file if t failed.
-func logTail(t *testing.T, what, file string) {
+// logTail prints the last lines of what's log b if t failed, and keeps
+// the whole log in SHALE_NET_DEBUG's directory, if it names one.
+func logTail(t *testing.T, what string, b []byte) {
 	if !t.Failed() {
 		return
 	}
-	b, _ := os.ReadFile(file)
 	t.Logf("the end of %s's log:\n%s", what, tail(string(b), 60))
-	keepLog(t, what, b)
-}
-
-// keepLog keeps a failed test's whole log in SHALE_NET_DEBUG's
-// directory, if it names one.
-func keepLog(t *testing.T, what string, b []byte) {
 	dir := os.Getenv("SHALE_NET_DEBUG")
 	if !filepath.IsAbs(dir) {
 		return
