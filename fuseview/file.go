@@ -13,9 +13,10 @@ import (
 
 // handle adapts a layer.Handle to go-fuse's file API.
 type handle struct {
-	h   layer.Handle
-	v   *view
-	tok layer.Token
+	h     layer.Handle
+	v     *view
+	tok   layer.Token
+	execs *atomic.Int32 // its inode's count, if opened to run the file
 }
 
 // passthroughHandle is a handle whose data the kernel may read and write
@@ -28,11 +29,11 @@ type passthroughHandle struct {
 
 func (p *passthroughHandle) PassthroughFd() (int, bool) { return p.p.PassthroughFd() }
 
-func (v *view) newHandle(h layer.Handle, tok layer.Token) fs.FileHandle {
+func (v *view) newHandle(h layer.Handle, tok layer.Token, execs *atomic.Int32) fs.FileHandle {
 	if p, ok := h.(layer.Passthrougher); ok && v.opts.Passthrough {
-		return &passthroughHandle{handle{h, v, tok}, p}
+		return &passthroughHandle{handle{h, v, tok, execs}, p}
 	}
-	return &handle{h, v, tok}
+	return &handle{h, v, tok, execs}
 }
 
 // layerHandle returns the layer handle behind a go-fuse file handle, or nil.
@@ -87,7 +88,12 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return h.h.Fsync(h.v.caller(ctx), flags&fsyncDatasync != 0)
 }
 
-func (h *handle) Release(ctx context.Context) syscall.Errno { return h.h.Release(h.v.caller(ctx)) }
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.execs != nil {
+		h.execs.Add(-1)
+	}
+	return h.h.Release(h.v.caller(ctx))
+}
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	defer h.v.cached.Busy(h.tok)()

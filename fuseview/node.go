@@ -24,6 +24,7 @@ type inode struct {
 	listed  atomic.Bool
 	forgets atomic.Uint64 // OnForget's calls (forget.go)
 	neg     negatives     // names its LOOKUPs found missing (negative.go)
+	execs   atomic.Int32  // its handles opened to run it (Open)
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -239,7 +240,7 @@ func (i *inode) Create(ctx context.Context, name string, flags, mode uint32, out
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	return i.child(ctx, c, &a, out), i.v.newHandle(h, c.Token()), i.v.openFlags(h) &^ fuse.FOPEN_KEEP_CACHE, 0
+	return i.child(ctx, c, &a, out), i.v.newHandle(h, c.Token(), nil), i.v.openFlags(h) &^ fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (i *inode) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -267,6 +268,17 @@ func (i *inode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// A program running from the file holds it against writing, which
+	// the kernel checks for a read-only open with O_TRUNC only after
+	// OPEN, where the view truncates (atomic O_TRUNC): it would fail the
+	// open with ETXTBSY and leave the file empty. The kernel keeps an
+	// exec's handle open while the program runs, so the view refuses
+	// first. (It keeps a program interpreter's too, whose truncation the
+	// kernel would allow; and it releases a handle only after the program
+	// has been reaped, for a moment more.)
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY && i.execs.Load() > 0 {
+		return nil, 0, syscall.ETXTBSY
+	}
 	// Others who may hold delayed writes of the file (an export's 9P
 	// clients) write them back first.
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
@@ -281,7 +293,12 @@ func (i *inode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 			return nil, 0, e
 		}
 	}
-	return i.v.newHandle(h, i.node().Token()), i.v.openFlags(h), 0
+	var execs *atomic.Int32
+	if flags&fuse.FMODE_EXEC != 0 {
+		execs = &i.execs
+		execs.Add(1)
+	}
+	return i.v.newHandle(h, i.node().Token(), execs), i.v.openFlags(h), 0
 }
 
 // truncate empties the file for an open with O_TRUNC. The kernel leaves

@@ -111,15 +111,6 @@ func TestPjdfstest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got["open::etxtbsy"] == "FAILED" && native["open::etxtbsy"] == "ok" {
-				// Intermittent, not understood (docs/pjdfstest.md): it
-				// fails the run only if it fails again alone.
-				again, err := runPjdfstest(t, bin, cfg, filepath.Join(st.mnt, "pjdfstest-etxtbsy"), second, "open::etxtbsy")
-				if err == nil && again["open::etxtbsy"] == "ok" {
-					t.Logf("open::etxtbsy FAILED in the full run and passed alone: the intermittent failure docs/pjdfstest.md describes")
-					got["open::etxtbsy"] = "ok"
-				}
-			}
 			for _, d := range comparePjdfstest(st.name, native, got) {
 				t.Error(d)
 			}
