@@ -124,8 +124,6 @@ var ninepDiffers = func() map[string]string {
 		"locks-posix", "getlk for read sees the write lock only", "getlk sees helper's lock", "other process step 5", "other process step 8")
 	add("F_GETLK over 9P reports pid 0 (and not -1 for an OFD lock, which FUSE does not tell apart either)",
 		"locks-ofd", "other process sees an OFD lock")
-	add("a write by a non-owner does not clear setuid and setgid over 9P: the kernel asks the client to (FATTR_KILL_SUIDGID), and 9P2000.L can only chmod, which a non-owner may not (EPERM); issue 26 item 2, not fixed yet",
-		"perm-groups-write-clears-setid", "member writes 6770 root:65532", "stat: setuid and setgid cleared")
 	return m
 }()
 
