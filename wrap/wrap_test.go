@@ -18,6 +18,7 @@ import (
 	"github.com/shalefs/shale/hostfs"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/stack"
+	"golang.org/x/sys/unix"
 )
 
 var ctx = context.Background()
@@ -419,4 +420,37 @@ func zeroBlock(t *testing.T, n layer.Node) int {
 		stored = stored[len(blk):]
 	}
 	return -1
+}
+
+// noSetuid refuses to set the setuid bit, as a SetattrChecker may.
+type noSetuid struct{}
+
+func (noSetuid) CheckSetattr(ctx context.Context, cur *layer.Attr, in *layer.SetAttr) layer.Errno {
+	if in.Valid&layer.SetMode != 0 && in.Mode&syscall.S_ISUID != 0 && cur.Mode&syscall.S_ISUID == 0 {
+		return syscall.EPERM
+	}
+	return 0
+}
+
+// A SetattrChecker sees each change with the file's attributes before the
+// layer below does, and what it refuses does not happen.
+func TestSetattrChecker(t *testing.T) {
+	dir, root := newLayer(t, Hooks{Attrs: noSetuid{}})
+	var a layer.Attr
+	c, h, e := root.Create(ctx, "f", syscall.O_RDWR|syscall.O_EXCL, 0o644, &a)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer c.Forget()
+	defer h.Release(ctx)
+	if e := c.Setattr(ctx, nil, &layer.SetAttr{Valid: layer.SetMode, Mode: 0o4755}, &a); e != syscall.EPERM {
+		t.Errorf("chmod 4755: %v, want EPERM", e)
+	}
+	if e := c.Setattr(ctx, h, &layer.SetAttr{Valid: layer.SetMode, Mode: 0o600}, &a); e != 0 || a.Mode&0o7777 != 0o600 {
+		t.Errorf("chmod 600: %v, mode %o", e, a.Mode)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "f"), &st); err != nil || st.Mode&0o7777 != 0o600 {
+		t.Errorf("lower mode %o (%v), want 600", st.Mode&0o7777, err)
+	}
 }
