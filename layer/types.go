@@ -142,6 +142,15 @@ func CallerOf(ctx context.Context) (Caller, bool) {
 	return Caller{}, false
 }
 
+// AsSelf returns ctx without its caller, for a request a layer makes on
+// its own behalf once the caller's own request has been allowed: reading
+// what the layer keeps for itself (a directory's identity), or reading a
+// file the caller may only write, to write it in blocks. The bottom of
+// the stack then acts as the process.
+func AsSelf(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerKey{}, nil)
+}
+
 // Groups returns the caller's supplementary groups: Supp if the frontend
 // gave them; otherwise (FUSE does not send them) they are read from the
 // caller's process in /proc.

@@ -12,15 +12,16 @@ import (
 
 // file is an open file of the layer.
 type file struct {
-	n     *node
-	lower layer.Handle
+	n      *node
+	lower  layer.Handle
+	wronly bool // opened for writing only: the lower handle reads too (lowerFlags)
 }
 
 func (f *fs) wrapHandle(n *node, h layer.Handle, flags uint32) layer.Handle {
 	if f.blocks == nil {
 		return h // data passes unchanged
 	}
-	return &file{n: n, lower: h}
+	return &file{n: n, lower: h, wronly: flags&syscall.O_ACCMODE == syscall.O_WRONLY}
 }
 
 // WriteShared passes on the lower file's (layer.WriteShared).
@@ -41,6 +42,25 @@ func (f *fs) lowerFlags(flags uint32) uint32 {
 		return flags
 	}
 	return layer.BlockFlags(flags)
+}
+
+// openLower opens the lower file for flags (lowerFlags). A caller who may
+// write the file but not read it (mode 0200) writes all the same, as
+// natively: its own open for writing is the check, and the open that
+// reads too is the layer's own (layer.AsSelf). Over 9P the lower file
+// system checks the caller itself, and would refuse the reading open.
+func (n *node) openLower(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
+	lf := n.fs.lowerFlags(flags)
+	h, e := n.Lower.Open(ctx, lf)
+	if e != syscall.EACCES || lf&syscall.O_ACCMODE == flags&syscall.O_ACCMODE {
+		return h, e
+	}
+	check, e := n.Lower.Open(ctx, flags)
+	if e != 0 {
+		return nil, e
+	}
+	check.Release(ctx)
+	return n.Lower.Open(layer.AsSelf(ctx), lf)
 }
 
 // lowerLen is the lower file's size, through h.
@@ -328,6 +348,9 @@ var zeros [8192]byte
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (int, layer.Errno) {
 	n, fs := f.n, f.n.fs
+	if f.wronly {
+		return 0, syscall.EBADF
+	}
 	if len(dest) == 0 || off < 0 {
 		return 0, 0
 	}
@@ -476,7 +499,7 @@ func (n *node) resize(ctx context.Context, h layer.Handle, size uint64, growOnly
 	lh := lowerHandle(h)
 	if lh == nil {
 		var e layer.Errno
-		if lh, e = n.Lower.Open(ctx, syscall.O_RDWR); e != 0 {
+		if lh, e = n.openLower(ctx, syscall.O_WRONLY); e != 0 {
 			return e
 		}
 		defer lh.Release(ctx)

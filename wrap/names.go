@@ -241,7 +241,9 @@ func (n *node) loadID(ctx context.Context, repair bool) ([]byte, layer.Errno) {
 // readDirID reads the identity of lower directory d: ENOENT if it has no
 // identity file, EIO if it is damaged (of the wrong length, unreadable).
 func (f *fs) readDirID(ctx context.Context, d layer.Node) ([]byte, layer.Errno) {
-	id, e := readSmall(ctx, d, f.dirs.DirIDFile(), maxDirID)
+	// As the layer: a caller may list a directory it may not search
+	// (mode 0600), which needs the identity, but not look inside it.
+	id, e := readSmall(layer.AsSelf(ctx), d, f.dirs.DirIDFile(), maxDirID)
 	if e == 0 && len(id) != f.dirs.DirIDSize() {
 		if len(id) > 0 { // empty: an older version's crash, repaired quietly
 			f.log.Error("wrap: a directory's identity file has the wrong length", "token", d.Token(), "len", len(id), "want", f.dirs.DirIDSize())
@@ -405,7 +407,11 @@ func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed b
 		c.Forget()
 		return noop, syscall.ENOTDIR
 	}
-	if e := n.fs.clearLeftovers(ctx, c); e != 0 || n.fs.dirs == nil {
+	// What the layer keeps inside goes as the layer: the caller may
+	// remove a directory it may not write in (one of another owner, in
+	// a sticky directory of its own); the removal itself is the check.
+	self := layer.AsSelf(ctx)
+	if e := n.fs.clearLeftovers(self, c); e != 0 || n.fs.dirs == nil {
 		c.Forget()
 		return noop, e
 	}
@@ -415,7 +421,7 @@ func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed b
 		c.Forget()
 		return noop, 0
 	case 0, syscall.EIO:
-		e = c.Unlink(ctx, n.fs.dirs.DirIDFile())
+		e = c.Unlink(self, n.fs.dirs.DirIDFile())
 	}
 	if e != 0 {
 		c.Forget()
@@ -423,7 +429,7 @@ func (n *node) emptyDir(ctx context.Context, lname string) (finish func(failed b
 	}
 	return func(failed bool) {
 		if failed && id != nil {
-			n.fs.putDirID(ctx, c, id, unixRenameNoReplace)
+			n.fs.putDirID(self, c, id, unixRenameNoReplace)
 		}
 		c.Forget()
 	}, 0

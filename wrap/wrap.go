@@ -425,7 +425,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, layer.Errno) {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errno) {
-	h, e := n.Lower.Open(ctx, n.fs.lowerFlags(flags))
+	h, e := n.openLower(ctx, flags)
 	if e != 0 {
 		return nil, e
 	}

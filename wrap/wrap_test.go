@@ -454,3 +454,31 @@ func TestSetattrChecker(t *testing.T) {
 		t.Errorf("lower mode %o (%v), want 600", st.Mode&0o7777, err)
 	}
 }
+
+// A handle opened for writing only reads nothing, though the layer below
+// reads too (blocks are read to be written): a 9P export would otherwise
+// pass a Tread through it.
+func TestWriteOnlyHandleDoesNotRead(t *testing.T) {
+	_, root := newLayer(t, toyHooks)
+	var a layer.Attr
+	c, h, e := root.Create(ctx, "f", syscall.O_RDWR|syscall.O_EXCL, 0o644, &a)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer c.Forget()
+	if _, e := h.Write(ctx, []byte("secret"), 0); e != 0 {
+		t.Fatal(e)
+	}
+	h.Release(ctx)
+	w, e := c.Open(ctx, syscall.O_WRONLY)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer w.Release(ctx)
+	if k, e := w.Read(ctx, make([]byte, 16), 0); e != syscall.EBADF {
+		t.Errorf("read through a write-only handle: %d bytes, %v; want EBADF", k, e)
+	}
+	if _, e := w.Write(ctx, []byte("S"), 0); e != 0 {
+		t.Errorf("write: %v", e)
+	}
+}
