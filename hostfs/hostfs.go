@@ -70,8 +70,7 @@ func (fs *FS) raiseRange(ctx context.Context, kind layer.EventKind, tok layer.To
 	if !fs.st.Events().Active() {
 		return
 	}
-	c, _ := layer.CallerOf(ctx)
-	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: c.View, Off: off, Len: len})
+	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: tok, Name: name, View: layer.ViewOf(ctx), Off: off, Len: len})
 }
 
 // raiseGone tells subscribers about the file that name in dirfd is before

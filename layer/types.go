@@ -146,9 +146,24 @@ func CallerOf(ctx context.Context) (Caller, bool) {
 // its own behalf once the caller's own request has been allowed: reading
 // what the layer keeps for itself (a directory's identity), or reading a
 // file the caller may only write, to write it in blocks. The bottom of
-// the stack then acts as the process.
+// the stack then acts as the process. The caller's view stays (ViewOf):
+// the view must not hear of its own change as of one from beside it,
+// which it would push into the kernel while the kernel waits on it.
 func AsSelf(ctx context.Context) context.Context {
-	return context.WithValue(ctx, callerKey{}, nil)
+	c, _ := CallerOf(ctx)
+	return context.WithValue(context.WithValue(ctx, callerKey{}, nil), viewKey{}, c.View)
+}
+
+type viewKey struct{}
+
+// ViewOf returns the view whose request ctx serves (Event.View), 0 for
+// none.
+func ViewOf(ctx context.Context) uint32 {
+	if c, ok := CallerOf(ctx); ok {
+		return c.View
+	}
+	v, _ := ctx.Value(viewKey{}).(uint32)
+	return v
 }
 
 // Groups returns the caller's supplementary groups: Supp if the frontend

@@ -269,8 +269,7 @@ func (fs *FS) raise(ctx context.Context, kind layer.EventKind, ino uint64, name 
 	if !fs.st.Events().Active() {
 		return
 	}
-	c, _ := layer.CallerOf(ctx)
-	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: token(ino), Name: name, View: c.View})
+	fs.st.Events().RaiseIn(ctx, layer.Event{Kind: kind, Token: token(ino), Name: name, View: layer.ViewOf(ctx)})
 }
 
 // token is the identity of inode ino: inode numbers are never reused.

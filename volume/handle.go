@@ -65,8 +65,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (int, layer.Errno) {
 	k, e := h.f.write(ctx, data, off)
 	if e == 0 && h.f.fs.st.Events().Active() {
-		c, _ := layer.CallerOf(ctx)
-		h.f.fs.st.Events().RaiseIn(ctx, layer.Event{Kind: layer.Data, Token: token(h.f.ino), View: c.View, Off: off, Len: int64(k)})
+		h.f.fs.st.Events().RaiseIn(ctx, layer.Event{Kind: layer.Data, Token: token(h.f.ino), View: layer.ViewOf(ctx), Off: off, Len: int64(k)})
 	}
 	return k, e
 }
