@@ -28,15 +28,7 @@ func TestDelegationToWriter(t *testing.T) {
 	hw := open(t, f, unix.O_RDWR)
 	defer hw.Release(bg)
 	write(t, hw, 0, "two")
-	before := lopens(a)
-	for range 3 {
-		hr := open(t, f, unix.O_RDONLY)
-		if got := readAll(t, hr); got != "two" {
-			t.Fatalf("a read %q, want two", got)
-		}
-		hr.Release(bg)
-	}
-	if n := lopens(a) - before; n != 0 {
+	if n := readsBack(t, a, f, 3, "two"); n != 0 {
 		t.Fatalf("%d Tlopens for 3 opens for reading of a file a alone writes, want none", n)
 	}
 	ha := open(t, f, unix.O_RDONLY)

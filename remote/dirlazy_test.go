@@ -9,25 +9,44 @@ import (
 	"github.com/shalefs/shale/layer"
 )
 
-// names lists d through a new stream, without "." and "..".
-func names(t *testing.T, d layer.Node) []string {
+// drain reads ds to its end: its entries but "." and "..".
+func drain(t *testing.T, ds layer.DirStream) []layer.DirEntry {
 	t.Helper()
-	ds, e := d.OpenDir(bg)
-	must(t, e, "opendir")
-	defer ds.Close()
-	var ns []string
+	var all []layer.DirEntry
 	for {
 		ent, ok, e := ds.Next(bg)
 		must(t, e, "readdir")
 		if !ok {
-			break
+			return all
 		}
 		if ent.Name != "." && ent.Name != ".." {
-			ns = append(ns, ent.Name)
+			all = append(all, ent)
 		}
+	}
+}
+
+// names lists d through a new stream, sorted.
+func names(t *testing.T, d layer.Node) []string {
+	t.Helper()
+	ds, e := d.OpenDir(bg)
+	must(t, e, "opendir")
+	ents := drain(t, ds)
+	ds.Close()
+	ns := make([]string, len(ents))
+	for i, ent := range ents {
+		ns[i] = ent.Name
 	}
 	slices.Sort(ns)
 	return ns
+}
+
+// mkdir makes name in dir.
+func mkdir(t *testing.T, dir layer.Node, name string) layer.Node {
+	t.Helper()
+	var at layer.Attr
+	d, e := dir.Mkdir(bg, name, 0o755, &at)
+	must(t, e, "mkdir %s", name)
+	return d
 }
 
 // A listing that moves the directory's atime (relatime: atime not after
@@ -39,12 +58,11 @@ func names(t *testing.T, d layer.Node) []string {
 func TestDirOpenWithoutListing(t *testing.T) {
 	x := newSpriteServer(t, export.Options{})
 	a := spriteClient(t, x, "a", Options{})
-	var at layer.Attr
-	d, e := a.Mkdir(bg, "d", 0o755, &at)
-	must(t, e, "mkdir")
+	d := mkdir(t, a, "d")
 	_, h := create(t, d, "x")
 	h.Release(bg)
 	now := time.Now()
+	var at layer.Attr
 	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(-time.Hour), Mtime: now}, &at), "utimes")
 	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("a listed %q", got)
