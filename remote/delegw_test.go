@@ -55,3 +55,27 @@ func TestDelegationToWriter(t *testing.T) {
 		t.Fatalf("the server gave up %d recalls or returns", n)
 	}
 }
+
+// A stat through a handle a delegation opened without a request (the
+// kernel's GETATTR of an open file: fstat) asks through the node's fid:
+// before, it opened the handle on the server for it (a walk, a Tlopen
+// and a clunk besides the Tgetattr: grep -r's warm run sent four
+// requests a file).
+func TestDelegatedHandleStat(t *testing.T) {
+	_, a, f := delegated(t, "hello")
+	h := open(t, f, unix.O_RDONLY)
+	defer h.Release(bg)
+	a.fs.cc.DropAttrs(f.Token().Ino)
+	before := lopens(a)
+	var at layer.Attr
+	must(t, f.Getattr(bg, h, &at), "getattr")
+	if at.Size != 5 {
+		t.Fatalf("size %d, want 5", at.Size)
+	}
+	if n := lopens(a) - before; n != 0 {
+		t.Fatalf("a stat through a delegated handle sent %d Tlopens, want none", n)
+	}
+	if got := readAll(t, h); got != "hello" {
+		t.Fatalf("read %q after the stat", got)
+	}
+}

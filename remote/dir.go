@@ -138,10 +138,7 @@ func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 }
 
 func (d *dir) Close() {
-	d.h.mu.Lock()
-	unsent := d.h.c == nil
-	d.h.mu.Unlock()
-	if unsent {
+	if !d.h.everOpened() {
 		d.h.fs.ctr.dirOpensUnsent.Add(1) // opened lazily, and never read (OpenDir)
 	}
 	d.dropTimes()
