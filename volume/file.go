@@ -74,7 +74,7 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 	}
 	in, err := known, error(nil)
 	if in == nil {
-		in, err = fs.getInode(ctx, ino)
+		in, err = fs.readInode(ctx, ino)
 	}
 	if err == syscall.ENOENT {
 		// Removed by another client under a name the kernel caches:

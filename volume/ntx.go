@@ -22,6 +22,7 @@ type ntx struct {
 	// removed are the inodes this transaction deleted; kept, those whose
 	// last link it removed while they are open here (orphans).
 	removed, kept []uint64
+	madeDirs      []uint64 // directories it made (they have no entries)
 }
 
 // load reads the inodes not read yet, in one request.
