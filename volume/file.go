@@ -90,7 +90,8 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 		return nil, syscall.EISDIR
 	}
 	f.mu.Lock()
-	if !f.changed {
+	if !f.changed && (f.base == nil || in.DataVer >= f.base.DataVer) {
+		// Not an older read than another open's, or the watch's.
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 	f.mu.Unlock()

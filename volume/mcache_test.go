@@ -320,3 +320,43 @@ func TestMcacheOrder(t *testing.T) {
 		t.Fatal("answered while the watch is down")
 	}
 }
+
+// TestOlderVersionIgnored: an open file takes no older version of its
+// inode than it has, whether a lagging watch delivers it (refresh) or
+// another open read it before (acquire): a reader would read old bytes.
+func TestOlderVersionIgnored(t *testing.T) {
+	lower := testVolume(t, bs)
+	_, ra := mount(t, lower)
+	fb, rb := mount(t, lower)
+	writeFile(t, ra, "f", []byte("version one"))
+	nb := lookup(t, rb, "f")
+	ino := attr(t, nb).Ino
+	old, err := fb.readInode(ctx0, ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := lookup(t, ra, "f")
+	h, e := fa.Open(ctx0, syscall.O_WRONLY|syscall.O_TRUNC)
+	must(t, e)
+	if _, e := h.Write(ctx0, []byte("version two!"), 0); e != 0 {
+		t.Fatal(e)
+	}
+	must(t, h.Flush(ctx0, 1))
+	must(t, h.Release(ctx0))
+
+	hb, e := nb.Open(ctx0, 0) // reads the inode: version two
+	must(t, e)
+	defer hb.Release(ctx0)
+	fb.refresh(ino, old) // the watch, late
+	if _, e := fb.acquire(ctx0, ino, old); e != 0 {
+		t.Fatal(e)
+	} else {
+		defer fb.release(fb.openFile(ino))
+	}
+	buf := make([]byte, 64)
+	k, e := hb.Read(ctx0, buf, 0)
+	must(t, e)
+	if got := string(buf[:k]); got != "version two!" {
+		t.Fatalf("read %q after an older version came late, want %q", got, "version two!")
+	}
+}

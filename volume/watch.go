@@ -108,7 +108,9 @@ func (fs *FS) refresh(ino uint64, in *Inode) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.changed && f.base != nil && f.cut < 0 {
+	// A watch that lags may deliver a version older than an open read:
+	// the data version orders them.
+	if !f.changed && f.base != nil && f.cut < 0 && in.DataVer >= f.base.DataVer {
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 }
