@@ -179,15 +179,8 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 		}
 	}
 	if err == nil && rev != 0 {
-		for _, d := range t.madeDirs {
-			// A new inode's keys are those it wrote (numbers are never
-			// reused): its default ACL, which its creates read, too.
-			if key := fs.k.xattr(d, aclDefault); ct.writes[key] == nil {
-				ct.reads[key] = Value{}
-			}
-		}
 		// Before land: the watch waits for it to pass rev.
-		fs.meta.committed(fs.k, rev, ct.reads, ct.writes, ct.prefixes, t.madeDirs)
+		fs.meta.committed(fs.k, rev, ct, t.made, t.madeDirs)
 	}
 	fs.land(fl, rev)
 	if err == nil {

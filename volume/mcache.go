@@ -26,8 +26,8 @@ type mcache struct {
 	w     int64  // the revision the watch has delivered up to
 	ino   map[uint64]centry
 	dirs  map[uint64]*cdir
-	xa    map[uint64]map[string]centry
-	n     int // entries, for the bound
+	xa    map[uint64]*cdir // an inode's xattrs, as a directory's entries
+	n     int              // entries, for the bound
 }
 
 type centry struct {
@@ -49,7 +49,7 @@ const mcacheMax = 1 << 20
 func (c *mcache) reset() {
 	c.ino = map[uint64]centry{}
 	c.dirs = map[uint64]*cdir{}
-	c.xa = map[uint64]map[string]centry{}
+	c.xa = map[uint64]*cdir{}
 	c.n = 0
 }
 
@@ -68,13 +68,9 @@ func (c *mcache) get(k keys, key string) (Value, bool) {
 			return e.Value, ok
 		}
 	case 'd':
-		if d := c.dirs[ino]; d != nil {
-			e, ok := d.names[name]
-			return e.Value, ok || d.full
-		}
+		return c.dirs[ino].get(name)
 	case 'x':
-		e, ok := c.xa[ino][name]
-		return e.Value, ok
+		return c.xa[ino].get(name)
 	}
 	return Value{}, false
 }
@@ -103,43 +99,43 @@ func (c *mcache) set(k keys, key string, v Value, at int64, insert bool) {
 			}
 		}
 	case 'd':
-		d := c.dirs[ino]
-		if d == nil {
-			if !insert {
-				return
-			}
-			d = &cdir{names: map[string]centry{}}
-			c.dirs[ino] = d
-		}
-		e, ok := d.names[name]
-		if ok && e.at >= at || !ok && !insert && !d.full {
-			return
-		}
-		if !ok {
-			c.n++
-		}
-		d.names[name] = centry{v, at}
+		c.setIn(c.dirs, ino, name, centry{v, at}, insert)
 	case 'x':
-		m := c.xa[ino]
-		if m == nil {
-			if !insert {
-				return
-			}
-			m = map[string]centry{}
-			c.xa[ino] = m
-		}
-		e, ok := m[name]
-		if ok && e.at >= at || !ok && !insert {
-			return
-		}
-		if !ok {
-			c.n++
-		}
-		m[name] = centry{v, at}
+		c.setIn(c.xa, ino, name, centry{v, at}, insert)
 	}
 	if c.n > mcacheMax {
 		c.reset()
 	}
+}
+
+// setIn sets name of ino's cdir in m to e, unless what is known is as
+// recent; a name not known is added if insert, or if ino's are known whole.
+func (c *mcache) setIn(m map[uint64]*cdir, ino uint64, name string, e centry, insert bool) {
+	d := m[ino]
+	if d == nil {
+		if !insert {
+			return
+		}
+		d = &cdir{names: map[string]centry{}}
+		m[ino] = d
+	}
+	old, ok := d.names[name]
+	if ok && old.at >= e.at || !ok && !insert && !d.full {
+		return
+	}
+	if !ok {
+		c.n++
+	}
+	d.names[name] = e
+}
+
+// get is name's value if known: absent if d is known whole.
+func (d *cdir) get(name string) (Value, bool) {
+	if d == nil {
+		return Value{}, false
+	}
+	e, ok := d.names[name]
+	return e.Value, ok || d.full
 }
 
 // read records what a read outside a transaction found at revision rev.
@@ -202,33 +198,46 @@ func (c *mcache) names(dir uint64) ([]KV, bool) {
 // committed records one of our transactions, committed at rev: what it
 // read was still so then, and what it wrote is so. It is called before
 // the watch can pass rev (FS.land), so nothing the watch delivers is
-// older than it. emptyDirs are directories it made: they have no entries.
-func (c *mcache) committed(k keys, rev int64, reads map[string]Value, writes map[string][]byte, prefixes []string, emptyDirs []uint64) {
+// older than it. made are the inodes it made: they have no xattrs but
+// those it wrote (inode numbers are never reused); madeDirs the
+// directories, which have no entries.
+func (c *mcache) committed(k keys, rev int64, t *cacheTx, made, madeDirs []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for key, v := range reads {
-		if _, w := writes[key]; !w {
+	for _, ino := range made {
+		c.whole(c.xa, ino, rev)
+	}
+	for _, dir := range madeDirs {
+		c.whole(c.dirs, dir, rev)
+	}
+	for key, v := range t.reads {
+		if _, w := t.writes[key]; !w {
 			c.set(k, key, v, rev, true)
 		}
 	}
-	for key, v := range writes {
+	for key, v := range t.writes {
 		mod := rev
 		if v == nil {
 			mod = 0
 		}
 		c.set(k, key, Value{Val: v, Mod: mod}, rev, true)
 	}
-	for _, p := range prefixes {
+	for _, p := range t.prefixes {
 		if kind, ino, _ := k.parse(p); kind == 'x' {
-			c.n -= len(c.xa[ino])
+			if d := c.xa[ino]; d != nil {
+				c.n -= len(d.names)
+			}
 			delete(c.xa, ino)
 		}
 	}
-	for _, dir := range emptyDirs {
-		if old := c.dirs[dir]; old == nil || old.at <= rev {
-			c.dirs[dir] = &cdir{full: true, at: rev, names: map[string]centry{}}
-		}
+}
+
+// whole makes ino's cdir in m known whole and empty as of rev.
+func (c *mcache) whole(m map[uint64]*cdir, ino uint64, rev int64) {
+	if old := m[ino]; old != nil {
+		c.n -= len(old.names)
 	}
+	m[ino] = &cdir{full: true, at: rev, names: map[string]centry{}}
 }
 
 // change applies a change the watch delivered: it replaces what is

@@ -116,12 +116,16 @@ func TestMetadataRoundTrips(t *testing.T) {
 	for i := range n {
 		c := lookup(t, dir, fmt.Sprintf("f%02d", i))
 		attr(t, c)
+		// As the kernel asks before each write.
+		if _, e := c.Getxattr(ctx0, "security.capability", nil); e != syscall.ENODATA {
+			t.Fatalf("getxattr of a new file: %v, want ENODATA", e)
+		}
 	}
 	if ents := listNames(t, dir); len(ents) != n {
 		t.Errorf("listed %d entries, want %d", len(ents), n)
 	}
 	if r, x, _ := ce.take(); r != 0 || x > 1 { // the listing may set atime
-		t.Errorf("%d lookups and stats and a listing: %d reads, %d transactions; want none", n, r, x)
+		t.Errorf("%d lookups, stats and getxattrs and a listing: %d reads, %d transactions; want none", n, r, x)
 	}
 	for i := range n {
 		must(t, dir.Unlink(ctx0, fmt.Sprintf("f%02d", i)))
@@ -135,6 +139,20 @@ func TestMetadataRoundTrips(t *testing.T) {
 	dir2 := lookup(t, root2, "d")
 	writeFile(t, dir2, "other", []byte("from the other client"))
 	waitName(t, dir, "other", true)
+	other := lookup(t, dir, "other")
+	if _, e := other.Getxattr(ctx0, "user.k", nil); e != syscall.ENODATA {
+		t.Fatalf("getxattr user.k: %v, want ENODATA", e)
+	}
+	must(t, lookup(t, dir2, "other").Setxattr(ctx0, "user.k", []byte("v"), 0))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		buf := make([]byte, 8)
+		if k, e := other.Getxattr(ctx0, "user.k", buf); e == 0 && string(buf[:k]) == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other client's setxattr did not show within 60s")
+		}
+	}
 	must(t, dir2.Rename(ctx0, "other", dir2, "moved", 0))
 	waitName(t, dir, "moved", true)
 	waitName(t, dir, "other", false)
