@@ -20,21 +20,16 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, lay
 	if e := validXattr(name); e != 0 {
 		return 0, e
 	}
-	// The kernel asks for security.capability before every write: the
-	// cache (kept by the watch) answers, after the first read.
-	key := n.fs.k.xattr(n.ino, name)
-	v, ok := n.fs.meta.get(n.fs.k, key)
-	if !ok {
-		vs, err := n.fs.read(ctx, key)
-		if err != nil {
-			return 0, n.fs.errnoOf("getxattr", err)
-		}
-		v = vs[0]
+	cctx, cancel := n.fs.ctx(ctx)
+	defer cancel()
+	v, err := n.fs.eng.Get(cctx, n.fs.k.xattr(n.ino, name))
+	if err != nil {
+		return 0, n.fs.errnoOf("getxattr", err)
 	}
-	if v.Val == nil {
+	if v == nil {
 		return 0, syscall.ENODATA
 	}
-	return sized(dest, v.Val)
+	return sized(dest, v)
 }
 
 // sized copies v to dest as the xattr calls do: a zero-length dest asks
