@@ -24,6 +24,8 @@ type dir struct {
 	keep  bool
 	all   []layer.DirEntry
 	touch bool // the first Treaddir moves the directory's atime
+	// timesMoved: it did, and the cached times are not dropped yet.
+	timesMoved bool
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -38,8 +40,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			return layer.DirEntry{}, false, session.Errno(err)
 		}
 		if d.touch {
-			d.touch = false
-			d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
+			// The Treaddir moved the atime: the cached times go, once
+			// the listing is kept (a drop before would refuse it).
+			d.touch, d.timesMoved = false, true
 		}
 		ents := &p9wire.Dec{B: r.Data}
 		for len(ents.B) > 0 {
@@ -62,6 +65,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 				d.all = nil
 			}
 		}
+		if !d.keep {
+			d.dropTimes()
+		}
 	}
 	if len(d.buf) == 0 {
 		return layer.DirEntry{}, false, 0
@@ -75,7 +81,16 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.off, d.buf, d.eof = off, nil, false
 	d.keep, d.all = false, nil
+	d.dropTimes()
 	return 0
+}
+
+// dropTimes drops the directory's cached times if a Treaddir moved them.
+func (d *dir) dropTimes() {
+	if d.timesMoved {
+		d.timesMoved = false
+		d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
+	}
 }
 
 // cachedDir lists a directory from the cache: the server's entries and
@@ -122,4 +137,10 @@ func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)
 }
 
-func (d *dir) Close() { d.h.Release(context.Background()) }
+func (d *dir) Close() {
+	if !d.h.everOpened() {
+		d.h.fs.ctr.dirOpensUnsent.Add(1) // opened lazily, and never read (OpenDir)
+	}
+	d.dropTimes()
+	d.h.Release(context.Background())
+}
