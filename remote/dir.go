@@ -96,12 +96,27 @@ func (d *dir) dropTimes() {
 // cachedDir lists a directory from the cache: the server's entries and
 // offsets as a dir read them, so that Seek means the same.
 type cachedDir struct {
-	ents []layer.DirEntry
-	i    int
-	h    *handle // not opened on the server until an Fsync
+	ents  []layer.DirEntry
+	since uint64 // taken before ents
+	i     int
+	h     *handle // not opened on the server until an Fsync
+	// srv lists from the server instead: the directory changed between
+	// the open and the start of the listing.
+	srv *dir
 }
 
 func (d *cachedDir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if d.srv != nil {
+		return d.srv.Next(ctx)
+	}
+	if d.i == 0 && d.h.fs.cc.Changed(d.h.n.tok.Ino, d.since) {
+		// A change reached us after the kernel's OPENDIR, before its
+		// READDIR. The kernel, told of it, has fetched the new mtime, and
+		// would keep the listing taken at open as the one of that mtime,
+		// until the next change.
+		d.srv = &dir{h: d.h, since: d.h.fs.cc.Snap(), keep: true, touch: true}
+		return d.srv.Next(ctx)
+	}
 	if d.i >= len(d.ents) {
 		return layer.DirEntry{}, false, 0
 	}
@@ -112,6 +127,9 @@ func (d *cachedDir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno
 // Seek finds the entry whose offset is off; one the listing does not
 // have (it came from another stream) ends the listing.
 func (d *cachedDir) Seek(ctx context.Context, off uint64) layer.Errno {
+	if d.srv != nil {
+		return d.srv.Seek(ctx, off)
+	}
 	d.i = 0
 	if off == 0 {
 		return 0
@@ -131,7 +149,13 @@ func (d *cachedDir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)
 }
 
-func (d *cachedDir) Close() { d.h.Release(context.Background()) }
+func (d *cachedDir) Close() {
+	if d.srv != nil {
+		d.srv.Close()
+		return
+	}
+	d.h.Release(context.Background())
+}
 
 func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)

@@ -86,3 +86,53 @@ func TestDirOpenWithoutListing(t *testing.T) {
 		t.Fatalf("a listed %q after b's create, want [x y]", got)
 	}
 }
+
+// A listing opened from the cache but read after a change reached the
+// client reads the server: the kernel, told of the change between its
+// OPENDIR and its READDIR, fetches the new mtime first, and would keep
+// the listing taken at the open as the one of that mtime. Before, the
+// stream served it (TestCacheTwoClients: 20 s of a listing without
+// another client's new file).
+func TestCachedListingOpenedBeforeChange(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	_, h := create(t, d, "x")
+	h.Release(bg)
+	// atime after mtime and ctime: listing it moves nothing, so the
+	// listing is served from the cache.
+	now := time.Now()
+	var at layer.Attr
+	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(time.Hour), Mtime: now.Add(-time.Hour)}, &at), "utimes")
+	names(t, d)
+	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("a listed %q", got)
+	}
+	hits := a.fs.Stats().Hits[kindNames[kindDir]]
+	ds, e := d.OpenDir(bg)
+	must(t, e, "opendir")
+	defer ds.Close()
+	if a.fs.Stats().Hits[kindNames[kindDir]] == hits {
+		t.Fatal("the open was not served from the cache: the test tests nothing")
+	}
+	b := spriteClient(t, x, "b", Options{})
+	_, h = create(t, lookup(t, b, "d"), "y")
+	h.Release(bg)
+	ino := d.(*node).tok.Ino
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := a.fs.cc.Listing(ino, 0); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's create never reached a")
+		}
+	}
+	var got []string
+	for _, ent := range drain(t, ds) {
+		got = append(got, ent.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("a stream opened before b's create, read after a learnt of it, listed %q, want [x y]", got)
+	}
+}
