@@ -298,7 +298,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 				if shares || evicted {
 					v |= journal.NoCache
 				}
-				if !write && !create && sp.grantLocked(st, me, shares, evicted) {
+				if sp.grantLocked(st, c, me, shares, evicted) {
 					v |= journal.Delegated
 				}
 				sp.mu.Unlock()

@@ -24,10 +24,14 @@ import (
 // Changes made beside the server, in its directory directly, reach a
 // delegated client with its journal, not at its next open.
 
-// grantLocked grants me a read delegation of st at an open for reading,
+// grantLocked grants me a read delegation of st at an open through c,
 // if it takes them and no one else may change the file meanwhile, and
 // tells whether it holds one: its answer says so (journal.Delegated).
-func (sp *sprite) grantLocked(st *fstate, me *jrnl, shares, evicted bool) bool {
+// Its own opens for writing (through c) do not stand in the way: a
+// client that writes a file no one else has open reads it back without
+// a request (a build's output; the writer's data is its own), and
+// anyone else's open still takes the delegation back or shares.
+func (sp *sprite) grantLocked(st *fstate, c *conn, me *jrnl, shares, evicted bool) bool {
 	if !sp.s.opts.Delegate || me == nil || shares || evicted || !me.takesDelegations() {
 		return false
 	}
@@ -37,8 +41,8 @@ func (sp *sprite) grantLocked(st *fstate, me *jrnl, shares, evicted bool) bool {
 	if st.delegs[me] {
 		return true
 	}
-	for _, o := range st.opens {
-		if o.w > 0 {
+	for oc, o := range st.opens {
+		if o.w > 0 && oc != c {
 			return false
 		}
 	}

@@ -72,10 +72,13 @@ func (fs *FS) attrOf(c *session.Conn, fid uint32, path uint64, out *layer.Attr) 
 // fidFor is the fid to act on the node with: h's, which reaches the file
 // even after it was removed, or the node's.
 func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint32, func(), layer.Errno) {
-	if f, ok := h.(*handle); ok && f.n == n {
+	if f, ok := h.(*handle); ok && f.n == n && f.everOpened() {
 		c, fid, _, e := f.use(ctx)
 		return c, fid, noop, e
 	}
+	// A handle a delegation opened without a request (the server never
+	// saw it) asks through the node's fid: opening it for a stat would
+	// cost a walk, a Tlopen and a clunk.
 	c, fid, _, done, e := n.use(ctx)
 	return c, fid, done, e
 }

@@ -40,21 +40,28 @@ func delegated(t *testing.T, data string) (x *spriteServer, a *node, fa layer.No
 
 func lopens(n *node) uint64 { return n.fs.Stats().Requests["lopen"] }
 
+// readsBack opens f on client a for reading n times, each reading want,
+// and returns the Tlopens it took.
+func readsBack(t *testing.T, a *node, f layer.Node, n int, want string) uint64 {
+	t.Helper()
+	before := lopens(a)
+	for range n {
+		var at layer.Attr // as the kernel looks up what it opens: atime cached
+		must(t, f.Getattr(bg, nil, &at), "getattr")
+		h := open(t, f, unix.O_RDONLY)
+		if got := readAll(t, h); got != want {
+			t.Fatalf("read %q, want %q", got, want)
+		}
+		h.Release(bg)
+	}
+	return lopens(a) - before
+}
+
 // A client holding a read delegation opens the file for reading with no
 // request, and reads it from its cache.
 func TestDelegatedOpens(t *testing.T) {
 	_, a, f := delegated(t, "hello")
-	before := lopens(a)
-	for range 5 {
-		var at layer.Attr // as the kernel looks up what it opens: atime cached
-		must(t, f.Getattr(bg, nil, &at), "getattr")
-		h := open(t, f, unix.O_RDONLY)
-		if got := readAll(t, h); got != "hello" {
-			t.Fatalf("read %q", got)
-		}
-		h.Release(bg)
-	}
-	if n := lopens(a) - before; n != 0 {
+	if n := readsBack(t, a, f, 5, "hello"); n != 0 {
 		t.Fatalf("%d Tlopens for 5 delegated opens, want none", n)
 	}
 	if st := a.fs.Stats().Sprite; st.OpensDelegated != 5 {

@@ -24,6 +24,8 @@ type dir struct {
 	keep  bool
 	all   []layer.DirEntry
 	touch bool // the first Treaddir moves the directory's atime
+	// timesMoved: it did, and the cached times are not dropped yet.
+	timesMoved bool
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -38,8 +40,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			return layer.DirEntry{}, false, session.Errno(err)
 		}
 		if d.touch {
-			d.touch = false
-			d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
+			// The Treaddir moved the atime: the cached times go, once
+			// the listing is kept (a drop before would refuse it).
+			d.touch, d.timesMoved = false, true
 		}
 		ents := &p9wire.Dec{B: r.Data}
 		for len(ents.B) > 0 {
@@ -62,6 +65,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 				d.all = nil
 			}
 		}
+		if !d.keep {
+			d.dropTimes()
+		}
 	}
 	if len(d.buf) == 0 {
 		return layer.DirEntry{}, false, 0
@@ -75,18 +81,42 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.off, d.buf, d.eof = off, nil, false
 	d.keep, d.all = false, nil
+	d.dropTimes()
 	return 0
+}
+
+// dropTimes drops the directory's cached times if a Treaddir moved them.
+func (d *dir) dropTimes() {
+	if d.timesMoved {
+		d.timesMoved = false
+		d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
+	}
 }
 
 // cachedDir lists a directory from the cache: the server's entries and
 // offsets as a dir read them, so that Seek means the same.
 type cachedDir struct {
-	ents []layer.DirEntry
-	i    int
-	h    *handle // not opened on the server until an Fsync
+	ents  []layer.DirEntry
+	since uint64 // taken before ents
+	i     int
+	h     *handle // not opened on the server until an Fsync
+	// srv lists from the server instead: the directory changed between
+	// the open and the start of the listing.
+	srv *dir
 }
 
 func (d *cachedDir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if d.srv != nil {
+		return d.srv.Next(ctx)
+	}
+	if d.i == 0 && d.h.fs.cc.Changed(d.h.n.tok.Ino, d.since) {
+		// A change reached us after the kernel's OPENDIR, before its
+		// READDIR. The kernel, told of it, has fetched the new mtime, and
+		// would keep the listing taken at open as the one of that mtime,
+		// until the next change.
+		d.srv = &dir{h: d.h, since: d.h.fs.cc.Snap(), keep: true, touch: true}
+		return d.srv.Next(ctx)
+	}
 	if d.i >= len(d.ents) {
 		return layer.DirEntry{}, false, 0
 	}
@@ -97,6 +127,9 @@ func (d *cachedDir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno
 // Seek finds the entry whose offset is off; one the listing does not
 // have (it came from another stream) ends the listing.
 func (d *cachedDir) Seek(ctx context.Context, off uint64) layer.Errno {
+	if d.srv != nil {
+		return d.srv.Seek(ctx, off)
+	}
 	d.i = 0
 	if off == 0 {
 		return 0
@@ -116,10 +149,22 @@ func (d *cachedDir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)
 }
 
-func (d *cachedDir) Close() { d.h.Release(context.Background()) }
+func (d *cachedDir) Close() {
+	if d.srv != nil {
+		d.srv.Close()
+		return
+	}
+	d.h.Release(context.Background())
+}
 
 func (d *dir) Fsync(ctx context.Context, datasync bool) layer.Errno {
 	return d.h.Fsync(ctx, datasync)
 }
 
-func (d *dir) Close() { d.h.Release(context.Background()) }
+func (d *dir) Close() {
+	if !d.h.everOpened() {
+		d.h.fs.ctr.dirOpensUnsent.Add(1) // opened lazily, and never read (OpenDir)
+	}
+	d.dropTimes()
+	d.h.Release(context.Background())
+}

@@ -90,6 +90,14 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 	return c, fid, iounit, 0
 }
 
+// everOpened tells whether the handle was opened on a server: not one a
+// delegation answered, until a read or lock needs it there.
+func (h *handle) everOpened() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.c != nil
+}
+
 // current is the handle's fid if it is open on c (or EBADF if it was
 // released); ok is false if it must be opened again.
 func (h *handle) current(c *session.Conn) (fid, iounit uint32, e layer.Errno, ok bool) {

@@ -107,13 +107,21 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	id := identOf(ctx)
 	cc := n.fs.cc
+	since := cc.Snap()
 	touch := cc.Touches(n.tok.Ino)
-	if ents, ok := cc.Listing(n.tok.Ino, id.uid); ok && !touch {
+	ents, listed := cc.Listing(n.tok.Ino, id.uid)
+	if listed && !touch {
 		n.fs.hit(kindDir)
-		return &cachedDir{ents: ents, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+		return &cachedDir{ents: ents, since: since, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
 	n.fs.miss(kindDir)
-	since := cc.Snap()
+	if listed {
+		// Listed by this user before (so it may), cached, and only the
+		// atime to move (relatime): the directory opens on the server at
+		// the first Treaddir, which moves it, if one comes; a kernel that
+		// lists from its own cache sends none.
+		return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}, since: since, keep: true, touch: true}, 0
+	}
 	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e

@@ -175,17 +175,7 @@ func TestReaddir(t *testing.T) {
 		ds, e := d.OpenDir(bg)
 		must(t, e, "opendir")
 		defer ds.Close()
-		var all []layer.DirEntry
-		for {
-			ent, ok, e := ds.Next(bg)
-			must(t, e, "next")
-			if !ok {
-				break
-			}
-			if ent.Name != "." && ent.Name != ".." {
-				all = append(all, ent)
-			}
-		}
+		all := drain(t, ds)
 		if len(all) != 1000 {
 			t.Fatalf("listed %d entries", len(all))
 		}

@@ -34,6 +34,7 @@ type counters struct {
 
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
 	staleOpens            atomic.Uint64 // opens of a node no name names now (revalidate.go)
+	dirOpensUnsent        atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -90,6 +91,10 @@ type Stats struct {
 	BytesReceived uint64 `json:"bytes_received"`
 	CachedFiles   int    `json:"cached_files"`
 	CachedBytes   int64  `json:"cached_bytes"` // file data held, in memory or on disk
+	// DirOpensUnsent are directory opens that a cached listing let wait
+	// for a Treaddir and that closed without one: each saved a walk, a
+	// Tlopen and a clunk.
+	DirOpensUnsent uint64 `json:"dir_opens_unsent"`
 	// Sprite is there with a server that follows Sprite's rules.
 	Sprite *SpriteStats `json:"sprite,omitempty"`
 }
@@ -130,6 +135,7 @@ func (fs *FS) Stats() Stats {
 	s.Caching = fs.cc.On.Load()
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
+	s.DirOpensUnsent = fs.ctr.dirOpensUnsent.Load()
 	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()
 	}

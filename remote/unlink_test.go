@@ -139,9 +139,8 @@ func TestUnlinkedLinkAfterRestart(t *testing.T) {
 func TestAliasPathAfterDirForgotten(t *testing.T) {
 	x := newSpriteServer(t, export.Options{})
 	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
 	var at layer.Attr
-	d, e := a.Mkdir(bg, "d", 0o755, &at)
-	must(t, e, "mkdir")
 	f, h := create(t, d, "f06")
 	write(t, h, 0, "first")
 	b, e := d.Link(bg, f, "f07", &at)

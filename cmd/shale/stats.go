@@ -229,6 +229,10 @@ func printStats(w io.Writer, s remote.Stats) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.Requests[k]))
 	}
 	fmt.Fprintf(w, "requests   %d: %s\n", total, strings.Join(parts, ", "))
+	if s.DirOpensUnsent > 0 {
+		// Each a walk, a Tlopen and a clunk.
+		fmt.Fprintf(w, "           %d directory opens never sent (%d requests saved)\n", s.DirOpensUnsent, 3*s.DirOpensUnsent)
+	}
 	if s.Sprite != nil {
 		printSprite(w, s.Sprite)
 	}

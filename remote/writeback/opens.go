@@ -94,9 +94,14 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 		sf.uncached.Store(false)
 	}
 	switch {
-	case write:
-		sf.deleg = false // the server took it back as it answered
-	case vers&journal.Delegated != 0 && !sf.deleg:
+	case vers&journal.Delegated == 0:
+		if write {
+			sf.deleg = false // the server took it back as it answered
+		}
+	case !sf.deleg:
+		// Granted at an open for writing too, when no other client
+		// has the file open: this client's later opens for reading
+		// need no request.
 		sf.deleg = true
 		w.Ctr.Delegations.Add(1)
 	}

@@ -1,0 +1,138 @@
+package remote
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
+)
+
+// drain reads ds to its end: its entries but "." and "..".
+func drain(t *testing.T, ds layer.DirStream) []layer.DirEntry {
+	t.Helper()
+	var all []layer.DirEntry
+	for {
+		ent, ok, e := ds.Next(bg)
+		must(t, e, "readdir")
+		if !ok {
+			return all
+		}
+		if ent.Name != "." && ent.Name != ".." {
+			all = append(all, ent)
+		}
+	}
+}
+
+// names lists d through a new stream, sorted.
+func names(t *testing.T, d layer.Node) []string {
+	t.Helper()
+	ds, e := d.OpenDir(bg)
+	must(t, e, "opendir")
+	ents := drain(t, ds)
+	ds.Close()
+	ns := make([]string, len(ents))
+	for i, ent := range ents {
+		ns[i] = ent.Name
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+// mkdir makes name in dir.
+func mkdir(t *testing.T, dir layer.Node, name string) layer.Node {
+	t.Helper()
+	var at layer.Attr
+	d, e := dir.Mkdir(bg, name, 0o755, &at)
+	must(t, e, "mkdir %s", name)
+	return d
+}
+
+// A listing that moves the directory's atime (relatime: atime not after
+// mtime) is cached all the same, and a later open of the directory that
+// lists nothing (a kernel listing from its own cache) sends no request;
+// one that lists reads the server, and shows another client's new name.
+// Before, the atime's drop refused the listing, and every open of such a
+// directory was a walk, a Tlopen and a clunk.
+func TestDirOpenWithoutListing(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	_, h := create(t, d, "x")
+	h.Release(bg)
+	now := time.Now()
+	var at layer.Attr
+	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(-time.Hour), Mtime: now}, &at), "utimes")
+	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("a listed %q", got)
+	}
+	before := lopens(a)
+	for range 3 {
+		ds, e := d.OpenDir(bg)
+		must(t, e, "opendir")
+		ds.Close()
+	}
+	if n := lopens(a) - before; n != 0 {
+		t.Fatalf("3 opens of a listed directory that read nothing sent %d Tlopens, want none", n)
+	}
+	if n := a.fs.Stats().DirOpensUnsent; n != 3 {
+		t.Fatalf("dir_opens_unsent %d, want 3", n)
+	}
+	b := spriteClient(t, x, "b", Options{})
+	_, h = create(t, lookup(t, b, "d"), "y")
+	h.Release(bg)
+	if got := names(t, d); !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("a listed %q after b's create, want [x y]", got)
+	}
+}
+
+// A listing opened from the cache but read after a change reached the
+// client reads the server: the kernel, told of the change between its
+// OPENDIR and its READDIR, fetches the new mtime first, and would keep
+// the listing taken at the open as the one of that mtime. Before, the
+// stream served it (TestCacheTwoClients: 20 s of a listing without
+// another client's new file).
+func TestCachedListingOpenedBeforeChange(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	_, h := create(t, d, "x")
+	h.Release(bg)
+	// atime after mtime and ctime: listing it moves nothing, so the
+	// listing is served from the cache.
+	now := time.Now()
+	var at layer.Attr
+	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(time.Hour), Mtime: now.Add(-time.Hour)}, &at), "utimes")
+	names(t, d)
+	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("a listed %q", got)
+	}
+	hits := a.fs.Stats().Hits[kindNames[kindDir]]
+	ds, e := d.OpenDir(bg)
+	must(t, e, "opendir")
+	defer ds.Close()
+	if a.fs.Stats().Hits[kindNames[kindDir]] == hits {
+		t.Fatal("the open was not served from the cache: the test tests nothing")
+	}
+	b := spriteClient(t, x, "b", Options{})
+	_, h = create(t, lookup(t, b, "d"), "y")
+	h.Release(bg)
+	ino := d.(*node).tok.Ino
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := a.fs.cc.Listing(ino, 0); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's create never reached a")
+		}
+	}
+	var got []string
+	for _, ent := range drain(t, ds) {
+		got = append(got, ent.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("a stream opened before b's create, read after a learnt of it, listed %q, want [x y]", got)
+	}
+}
