@@ -49,13 +49,10 @@ func mkdir(t *testing.T, dir layer.Node, name string) layer.Node {
 	return d
 }
 
-// A listing that moves the directory's atime (relatime: atime not after
-// mtime) is cached all the same, and a later open of the directory that
-// lists nothing (a kernel listing from its own cache) sends no request;
-// one that lists reads the server, and shows another client's new name.
-// Before, the atime's drop refused the listing, and every open of such a
-// directory was a walk, a Tlopen and a clunk.
-func TestDirOpenWithoutListing(t *testing.T) {
+// listedDir is client a of a new server with directory d holding x, its
+// atime and mtime set that far from now, listed once.
+func listedDir(t *testing.T, atime, mtime time.Duration) (*spriteServer, *node, layer.Node) {
+	t.Helper()
 	x := newSpriteServer(t, export.Options{})
 	a := spriteClient(t, x, "a", Options{})
 	d := mkdir(t, a, "d")
@@ -63,10 +60,21 @@ func TestDirOpenWithoutListing(t *testing.T) {
 	h.Release(bg)
 	now := time.Now()
 	var at layer.Attr
-	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(-time.Hour), Mtime: now}, &at), "utimes")
+	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(atime), Mtime: now.Add(mtime)}, &at), "utimes")
 	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("a listed %q", got)
 	}
+	return x, a, d
+}
+
+// A listing that moves the directory's atime (relatime: atime not after
+// mtime) is cached all the same, and a later open of the directory that
+// lists nothing (a kernel listing from its own cache) sends no request;
+// one that lists reads the server, and shows another client's new name.
+// Before, the atime's drop refused the listing, and every open of such a
+// directory was a walk, a Tlopen and a clunk.
+func TestDirOpenWithoutListing(t *testing.T) {
+	x, a, d := listedDir(t, -time.Hour, 0)
 	before := lopens(a)
 	for range 3 {
 		ds, e := d.OpenDir(bg)
@@ -80,7 +88,7 @@ func TestDirOpenWithoutListing(t *testing.T) {
 		t.Fatalf("dir_opens_unsent %d, want 3", n)
 	}
 	b := spriteClient(t, x, "b", Options{})
-	_, h = create(t, lookup(t, b, "d"), "y")
+	_, h := create(t, lookup(t, b, "d"), "y")
 	h.Release(bg)
 	if got := names(t, d); !slices.Equal(got, []string{"x", "y"}) {
 		t.Fatalf("a listed %q after b's create, want [x y]", got)
@@ -94,20 +102,10 @@ func TestDirOpenWithoutListing(t *testing.T) {
 // stream served it (TestCacheTwoClients: 20 s of a listing without
 // another client's new file).
 func TestCachedListingOpenedBeforeChange(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	d := mkdir(t, a, "d")
-	_, h := create(t, d, "x")
-	h.Release(bg)
 	// atime after mtime and ctime: listing it moves nothing, so the
-	// listing is served from the cache.
-	now := time.Now()
-	var at layer.Attr
-	must(t, d.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: now.Add(time.Hour), Mtime: now.Add(-time.Hour)}, &at), "utimes")
+	// second listing is served from the cache.
+	x, a, d := listedDir(t, time.Hour, -time.Hour)
 	names(t, d)
-	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
-		t.Fatalf("a listed %q", got)
-	}
 	hits := a.fs.Stats().Hits[kindNames[kindDir]]
 	ds, e := d.OpenDir(bg)
 	must(t, e, "opendir")
@@ -116,7 +114,7 @@ func TestCachedListingOpenedBeforeChange(t *testing.T) {
 		t.Fatal("the open was not served from the cache: the test tests nothing")
 	}
 	b := spriteClient(t, x, "b", Options{})
-	_, h = create(t, lookup(t, b, "d"), "y")
+	_, h := create(t, lookup(t, b, "d"), "y")
 	h.Release(bg)
 	ino := d.(*node).tok.Ino
 	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
