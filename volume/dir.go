@@ -41,10 +41,7 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 	if !in.isDir() {
 		return syscall.ENOTDIR
 	}
-	cctx, cancel := fs.ctx(ctx)
-	defer cancel()
-	prefix := fs.k.dir(ino)
-	kvs, _, err := fs.eng.List(cctx, prefix, 0)
+	kvs, err := fs.entries(ctx, ino)
 	if err != nil {
 		return fs.errnoOf("readdir", err)
 	}
@@ -63,10 +60,8 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 		ents = append(ents, layer.DirEntry{Name: "..", Ino: parent, Type: syscall.S_IFDIR})
 	}
 	dots := after == "" || after == "." || after == ".."
-	var names []string
-	var des []Dirent
 	for _, kv := range kvs {
-		name := kv.Key[len(prefix):]
+		name := kv.Key
 		if !dots && name <= after {
 			continue
 		}
@@ -75,10 +70,6 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 			return fs.errnoOf("readdir", err)
 		}
 		ents = append(ents, layer.DirEntry{Name: name, Ino: de.Ino, Type: de.Type})
-		names, des = append(names, name), append(des, de)
-	}
-	if after == "" {
-		fs.prefill(ctx, ino, names, des)
 	}
 	for i := range ents {
 		ents[i].Off = d.next

@@ -74,7 +74,7 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 	}
 	in, err := known, error(nil)
 	if in == nil {
-		in, err = fs.getInode(ctx, ino)
+		in, err = fs.readInode(ctx, ino)
 	}
 	if err == syscall.ENOENT {
 		// Removed by another client under a name the kernel caches:
@@ -90,7 +90,8 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 		return nil, syscall.EISDIR
 	}
 	f.mu.Lock()
-	if !f.changed {
+	if !f.changed && (f.base == nil || in.DataVer >= f.base.DataVer) {
+		// Not an older read than another open's, or the watch's.
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 	f.mu.Unlock()

@@ -30,7 +30,13 @@ func engines(t testing.TB) (etcd, s3 string) {
 // testVolume formats a new volume of block size bs and returns its URL.
 // Its keys are deleted at the end.
 func testVolume(t testing.TB, bs int) string {
-	etcd, s3 := engines(t)
+	_, s3 := engines(t)
+	return testVolumeOn(t, bs, s3)
+}
+
+// testVolumeOn is testVolume with its blocks in the S3 server at s3.
+func testVolumeOn(t testing.TB, bs int, s3 string) string {
+	etcd, _ := engines(t)
 	var b [6]byte
 	rand.Read(b[:])
 	name := "t" + hex.EncodeToString(b[:])

@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -14,12 +15,24 @@ import (
 // that made them.
 func (fs *FS) watch(ctx context.Context, rev int64) {
 	for c := range fs.eng.Watch(ctx, fs.k.p, rev) {
-		if c.Lost {
+		switch {
+		case c.Up:
+			go fs.sync(ctx)
+			continue
+		case c.Down:
+			fs.meta.down()
+			continue
+		case c.Lost:
 			fs.log.Warn("volume watch lost changes (compacted): dropping every cache", "volume", fs.f.Name, "rev", c.Rev)
+			fs.meta.lost()
 			fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
 			continue
 		}
 		mine := fs.isOwn(c.Rev)
+		fs.meta.change(fs.k, c)
+		if c.Key == fs.syncKey {
+			fs.meta.marked(string(c.Val))
+		}
 		fs.mu.Lock()
 		for r := range fs.own {
 			if r < c.Rev {
@@ -50,6 +63,32 @@ func (fs *FS) watch(ctx context.Context, rev int64) {
 	}
 }
 
+// sync writes a new sync mark once the watch has (re)started: when the
+// watch delivers it, it has delivered every change made before, and the
+// metadata cache answers again.
+func (fs *FS) sync(ctx context.Context) {
+	nonce := newID()
+	fs.meta.await(nonce)
+	for pause := 100 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+		cctx, cancel := fs.ctx(ctx)
+		lease, err := fs.eng.Lease(cctx)
+		if err == nil {
+			_, err = fs.eng.Txn(cctx, func(tx Tx) error {
+				tx.PutLeased(fs.syncKey, []byte(nonce), lease)
+				return nil
+			})
+		}
+		cancel()
+		if err == nil || !fs.meta.awaits(nonce) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+}
+
 // gone marks ino's open file, if any, as removed by another client.
 func (fs *FS) gone(ino uint64) {
 	if f := fs.openFile(ino); f != nil {
@@ -69,7 +108,9 @@ func (fs *FS) refresh(ino uint64, in *Inode) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.changed && f.base != nil && f.cut < 0 {
+	// A watch that lags may deliver a version older than an open read:
+	// the data version orders them.
+	if !f.changed && f.base != nil && f.cut < 0 && in.DataVer >= f.base.DataVer {
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 }
