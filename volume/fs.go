@@ -18,8 +18,9 @@ import (
 
 // FS is a mounted volume: the bottom of a stack.
 //
-// Lock order: fileState.flushMu, then fileState.mu, then FS.mu;
-// prefetch.mu is taken alone. No lock is held across a request to etcd
+// Lock order: fileState.flushMu, then fileState.mu, then FS.mu; the
+// others (prefetch.mu, node.mu, mcache.mu, the block cache's and an
+// upload's) are taken alone, nothing called under them. No lock is held across a request to etcd
 // or S3 but flushMu (only write-backs of that one file wait on it).
 type FS struct {
 	eng    Engine
