@@ -1,5 +1,7 @@
 package volume
 
+import "bytes"
+
 // cacheTx is the transaction of one FS.update: it answers reads from the
 // metadata cache when allowed (Tx.Assume: the commit still compares
 // their revisions), and records what it read and wrote, for the cache
@@ -45,19 +47,25 @@ func (t *cacheTx) Read(keys ...string) ([]Value, error) {
 }
 
 func (t *cacheTx) Put(key string, val []byte) {
-	if val == nil {
-		val = []byte{}
-	}
+	val = kept(val)
 	t.writes[key] = val
 	t.Tx.Put(key, val)
 }
 
 func (t *cacheTx) PutLeased(key string, val []byte, lease int64) {
-	if val == nil {
-		val = []byte{}
-	}
+	val = kept(val)
 	t.writes[key] = val
 	t.Tx.PutLeased(key, val, lease)
+}
+
+// kept is a copy of val for the cache, which outlives the request:
+// the caller's buffer may be reused (go-fuse's for a setxattr's value).
+// Never nil: nil is a delete.
+func kept(val []byte) []byte {
+	if val == nil {
+		return []byte{}
+	}
+	return bytes.Clone(val)
 }
 
 func (t *cacheTx) Delete(key string) {

@@ -378,3 +378,21 @@ func TestOlderVersionIgnored(t *testing.T) {
 		t.Fatalf("read %q after an older version came late, want %q", got, "version two!")
 	}
 }
+
+// TestCachedValuesCopied: the cache keeps no caller's buffer. go-fuse
+// reuses the buffer a setxattr's value came in; a value kept by
+// reference reads back as whatever the next request put there.
+func TestCachedValuesCopied(t *testing.T) {
+	lower := testVolume(t, bs)
+	_, root, _ := countedMount(t, lower)
+	f := writeFile(t, root, "f", nil)
+	buf := []byte("hello\x00world")
+	must(t, f.Setxattr(ctx0, "user.b", buf, 0))
+	copy(buf, "XXXXX") // the caller's buffer, reused
+	got := make([]byte, 100)
+	k, e := f.Getxattr(ctx0, "user.b", got)
+	must(t, e)
+	if string(got[:k]) != "hello\x00world" {
+		t.Fatalf("getxattr after the setter's buffer changed: %q, want %q", got[:k], "hello\x00world")
+	}
+}
