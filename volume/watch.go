@@ -28,38 +28,44 @@ func (fs *FS) watch(ctx context.Context, rev int64) {
 			fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
 			continue
 		}
-		mine := fs.isOwn(c.Rev)
-		fs.meta.change(fs.k, c)
-		if c.Key == fs.syncKey {
-			fs.meta.marked(string(c.Val))
+		fs.apply(c)
+	}
+}
+
+// apply takes one change the watch delivered: into the metadata cache,
+// and to the kernel as events unless it is this client's own.
+func (fs *FS) apply(c Change) {
+	mine := fs.isOwn(c.Rev)
+	fs.meta.change(fs.k, c)
+	if c.Key == fs.syncKey {
+		fs.meta.marked(string(c.Val))
+	}
+	fs.mu.Lock()
+	for r := range fs.own {
+		if r < c.Rev {
+			delete(fs.own, r) // the watch is past it
 		}
-		fs.mu.Lock()
-		for r := range fs.own {
-			if r < c.Rev {
-				delete(fs.own, r) // the watch is past it
-			}
+	}
+	fs.mu.Unlock()
+	if mine || !fs.st.Events().Active() {
+		return
+	}
+	kind, ino, name := fs.k.parse(c.Key)
+	switch kind {
+	case 'i':
+		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		if c.Val == nil {
+			fs.gone(ino)
+			return
 		}
-		fs.mu.Unlock()
-		if mine || !fs.st.Events().Active() {
-			continue
+		if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			fs.refresh(ino, in)
+			fs.sawData(ino, in.DataVer)
 		}
-		kind, ino, name := fs.k.parse(c.Key)
-		switch kind {
-		case 'i':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
-			if c.Val == nil {
-				fs.gone(ino)
-				continue
-			}
-			if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
-				fs.refresh(ino, in)
-				fs.sawData(ino, in.DataVer)
-			}
-		case 'd':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})
-		case 'x':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
-		}
+	case 'd':
+		fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})
+	case 'x':
+		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
 	}
 }
 
