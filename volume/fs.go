@@ -33,7 +33,7 @@ type FS struct {
 
 	mu      sync.Mutex
 	files   map[uint64]*fileState // open files of this client
-	seen    map[uint64]uint64     // DataVer of each file as last served here
+	seen    map[uint64]served     // what this client's kernel may hold of each file (file.go)
 	own     map[int64]bool        // revisions of our own commits, for the watch
 	flying  map[*flight]bool      // our transactions not yet recorded in own
 	meta    mcache                // the namespace as the watch keeps it (mcache.go)
@@ -96,7 +96,7 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 		return nil, err
 	}
 	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
-		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
+		files: map[uint64]*fileState{}, seen: map[uint64]served{}, own: map[int64]bool{}, flying: map[*flight]bool{},
 		timeout: 60 * time.Second}
 	fs.meta.reset()
 	fs.syncKey = k.p + "c/" + newID()
@@ -321,19 +321,22 @@ func (fs *FS) getInode(ctx context.Context, ino uint64) (*Inode, error) {
 	if v, ok := fs.meta.get(fs.k, fs.k.inode(ino)); ok && v.Val != nil {
 		return decodeInode(v.Val)
 	}
-	return fs.readInode(ctx, ino)
+	in, _, err := fs.readInode(ctx, ino)
+	return in, err
 }
 
-// readInode reads inode ino from etcd (an open: close-to-open).
-func (fs *FS) readInode(ctx context.Context, ino uint64) (*Inode, error) {
+// readInode reads inode ino from etcd (an open: close-to-open), and the
+// revision of its last change.
+func (fs *FS) readInode(ctx context.Context, ino uint64) (*Inode, int64, error) {
 	vs, err := fs.read(ctx, fs.k.inode(ino))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if vs[0].Val == nil {
-		return nil, syscall.ENOENT
+		return nil, 0, syscall.ENOENT
 	}
-	return decodeInode(vs[0].Val)
+	in, err := decodeInode(vs[0].Val)
+	return in, vs[0].Mod, err
 }
 
 // read reads keys from etcd in one request, and tells the cache.

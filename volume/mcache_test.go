@@ -349,7 +349,7 @@ func TestOlderVersionIgnored(t *testing.T) {
 	writeFile(t, ra, "f", []byte("version one"))
 	nb := lookup(t, rb, "f")
 	ino := attr(t, nb).Ino
-	old, err := fb.readInode(ctx0, ino)
+	old, _, err := fb.readInode(ctx0, ino)
 	if err != nil {
 		t.Fatal(err)
 	}

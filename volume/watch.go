@@ -53,6 +53,9 @@ func (fs *FS) apply(c Change) {
 	kind, ino, name := fs.k.parse(c.Key)
 	switch kind {
 	case 'i':
+		if c.Rev <= fs.toldUpTo(ino) {
+			return // an open here read this version or a later one (sawData)
+		}
 		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
 		if c.Val == nil {
 			fs.gone(ino)
@@ -60,7 +63,7 @@ func (fs *FS) apply(c Change) {
 		}
 		if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
 			fs.refresh(ino, in)
-			fs.sawData(ino, in.DataVer)
+			fs.sawData(ino, in.DataVer, 0)
 		}
 	case 'd':
 		fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})

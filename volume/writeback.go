@@ -128,7 +128,9 @@ func (f *fileState) writeBack(ctx context.Context) layer.Errno {
 		f.size = committed.Size
 	}
 	f.fs.mu.Lock()
-	f.fs.seen[f.ino] = committed.DataVer
+	s := f.fs.seen[f.ino]
+	s.dv = committed.DataVer
+	f.fs.seen[f.ino] = s
 	f.fs.mu.Unlock()
 	return 0
 }
