@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,5 +93,33 @@ func TestForgetDuringLookup(t *testing.T) {
 	}
 	if got, err := os.ReadFile(f); err != nil || string(got) != "data of f" {
 		t.Fatalf("read f after an OnForget the kernel did not follow: %q, %v", got, err)
+	}
+}
+
+// Racing lookups of one file (two names of it, or a revalidation beside
+// a lookup) each make an inode; go-fuse links the first registered after
+// the replies and drops the others. An inode not linked yet must not be
+// dropped from the view's record as forgotten: a racing lookup's record
+// then held only its own losing inode, and no change reached the
+// kernel's caches of the file again until the kernel forgot it
+// (test/volume TestTwoMountsChurn read a size and pages an hour old).
+func TestRacingLookupsKeepTheWinner(t *testing.T) {
+	_, _, root := hostStack(t)
+	v := &view{}
+	done := v.makers.start() // the lookups at work
+	first := v.newInode(root)
+	v.hold(first) // the winner: go-fuse links it after its reply
+	second := v.newInode(root)
+	v.hold(second) // the racing lookup's, which will lose
+	if !slices.Contains(v.cached.Of(root.Token()), first) {
+		t.Fatal("a racing lookup dropped the inode made first, not linked yet, from the view's record")
+	}
+	done()
+	// Both ended: neither was linked here, so both are forgotten and go
+	// at the next record.
+	third := v.newInode(root)
+	v.hold(third)
+	if got := v.cached.Of(root.Token()); slices.Contains(got, first) || slices.Contains(got, second) {
+		t.Fatalf("inodes forgotten after their requests ended are kept: %d held", len(got))
 	}
 }

@@ -25,6 +25,7 @@ type inode struct {
 	forgets atomic.Uint64 // OnForget's calls (forget.go)
 	neg     negatives     // names its LOOKUPs found missing (negative.go)
 	execs   atomic.Int32  // its handles opened to run it (Open)
+	settled atomic.Bool   // the request that made it has ended (hold)
 }
 
 // held is the layer node an inode serves. It is released once: when the
@@ -49,8 +50,18 @@ func (v *view) newInode(n layer.Node) *inode {
 }
 
 // hold records in as cached, once go-fuse has made it (NewInode,
-// NewNodeFS): the manager's events ask it whether it is Forgotten.
-func (v *view) hold(in *inode) { v.cached.Add(in.node().Token(), in, (*inode).Forgotten) }
+// NewNodeFS): the manager's events ask it whether it is Forgotten. Until
+// the requests at work now have ended it is not dropped as stale: go-fuse
+// links the winner of racing lookups of a file only after their replies,
+// and a racing lookup that dropped it kept only its own losing inode, so
+// that no change reached the kernel's caches of the file again.
+func (v *view) hold(in *inode) {
+	v.cached.Add(in.node().Token(), in, (*inode).stale)
+	v.makers.after(func() { in.settled.Store(true) })
+}
+
+// stale tells whether the kernel neither holds in nor can come to.
+func (in *inode) stale() bool { return in.settled.Load() && in.Forgotten() }
 
 func (i *inode) node() layer.Node { return i.h.n }
 

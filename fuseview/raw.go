@@ -20,8 +20,8 @@ import (
 // It notes the value under the request's cancel channel, which is unique
 // to the request while it runs, and the node reads it back from its
 // context. It counts the requests at work that may give the kernel an
-// inode go-fuse already knows (forget.go): LOOKUP, READDIRPLUS and LINK;
-// the creating ones make new inodes only.
+// inode (forget.go, view.hold): LOOKUP, READDIRPLUS and LINK, which may
+// give one go-fuse already knows, and the creating ones.
 //
 // It also serves directories the kernel opened without OPENDIR
 // (opendir.go).
@@ -55,18 +55,26 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer r.makers.start()()
 	defer r.note(cancel, uint64(in.Umask))()
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.makers.start()()
 	defer r.note(cancel, uint64(in.Umask))()
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.makers.start()()
 	defer r.note(cancel, uint64(in.Umask))()
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (r *rawFS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.makers.start()()
+	return r.RawFileSystem.Symlink(cancel, header, target, name, out)
 }
 
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
