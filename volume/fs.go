@@ -18,10 +18,13 @@ import (
 
 // FS is a mounted volume: the bottom of a stack.
 //
-// Lock order: fileState.flushMu, then fileState.mu, then FS.mu; the
-// others (prefetch.mu, node.mu, mcache.mu, the block cache's and an
-// upload's) are taken alone, nothing called under them. No lock is held across a request to etcd
-// or S3 but flushMu (only write-backs of that one file wait on it).
+// Lock order: fileState.flushMu, then fileState.mu, then FS.mu. The
+// others are leaves, nothing taken or called under them: node.mu,
+// mcache.mu (mcache.go), blockCache.mu, fetches.mu, a handle's
+// seqReads.mu and an upload's (blockStore.putAll), and
+// etcdEngine.leaseMu. No lock is held across a request to etcd or S3 but
+// flushMu (only write-backs of that one file wait on it) and leaseMu
+// (while a lease is granted).
 type FS struct {
 	eng    Engine
 	k      keys
