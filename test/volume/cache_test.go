@@ -119,13 +119,13 @@ func TestTwoMountsChurn(t *testing.T) {
 				p := filepath.Join(dir, e.Name())
 				var st syscall.Stat_t
 				if err := syscall.Lstat(root(p), &st); err != nil {
-					return "", fmt.Errorf("listed %s, stat: %v", p, err)
+					return "", fmt.Errorf("listed %s, stat: %w", p, err)
 				}
 				s += fmt.Sprintf("%s %o size %d links %d", p, st.Mode, st.Size, st.Nlink)
 				if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
 					data, err := os.ReadFile(root(p))
 					if err != nil {
-						return "", fmt.Errorf("listed %s, read: %v", p, err)
+						return "", fmt.Errorf("listed %s, read: %w", p, err)
 					}
 					s += fmt.Sprintf(" %.20q", data)
 				}
