@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shalefs/shale/layer"
@@ -112,6 +113,18 @@ func writeFile(t testing.TB, dir layer.Node, name string, data []byte) layer.Nod
 	must(t, h.Flush(ctx0, 1))
 	must(t, h.Release(ctx0))
 	return n
+}
+
+// rewrite opens n with O_TRUNC, writes data and closes it.
+func rewrite(t testing.TB, n layer.Node, data []byte) {
+	t.Helper()
+	h, e := n.Open(ctx0, syscall.O_WRONLY|syscall.O_TRUNC)
+	must(t, e)
+	if _, e := h.Write(ctx0, data, 0); e != 0 {
+		t.Fatal(e)
+	}
+	must(t, h.Flush(ctx0, 1))
+	must(t, h.Release(ctx0))
 }
 
 func readFile(t testing.TB, n layer.Node) []byte {

@@ -354,13 +354,7 @@ func TestOlderVersionIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	fa := lookup(t, ra, "f")
-	h, e := fa.Open(ctx0, syscall.O_WRONLY|syscall.O_TRUNC)
-	must(t, e)
-	if _, e := h.Write(ctx0, []byte("version two!"), 0); e != 0 {
-		t.Fatal(e)
-	}
-	must(t, h.Flush(ctx0, 1))
-	must(t, h.Release(ctx0))
+	rewrite(t, fa, []byte("version two!"))
 
 	hb, e := nb.Open(ctx0, 0) // reads the inode: version two
 	must(t, e)

@@ -3,7 +3,6 @@ package volume
 import (
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/shalefs/shale/layer"
@@ -49,13 +48,7 @@ func TestOpenTellsLateWatchNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := Change{Key: fb.k.inode(ino), Val: vs[0].Val, Rev: vs[0].Mod}
-	h, e := fa.Open(ctx0, syscall.O_WRONLY|syscall.O_TRUNC)
-	must(t, e)
-	if _, e := h.Write(ctx0, []byte("version two"), 0); e != 0 {
-		t.Fatal(e)
-	}
-	must(t, h.Flush(ctx0, 1))
-	must(t, h.Release(ctx0))
+	rewrite(t, fa, []byte("version two"))
 
 	take(ino)
 	hb, e := nb.Open(ctx0, 0)
