@@ -12,23 +12,32 @@ import (
 // order), and every offset handed out stands for its entry's name: a
 // seek to one lists afresh the names after it, so a listing goes on
 // where it was whatever was added or removed meanwhile.
+//
+// The entries are read at the first Next, not at the open: the kernel,
+// told of a change between its OPENDIR and its READDIR, fetches the new
+// mtime first, and would keep a listing read at the open as the one of
+// that mtime until the next change.
 type dirStream struct {
-	n     *node
-	ents  []layer.DirEntry
-	pos   int
-	names map[uint64]string // every offset handed out: the name it follows
-	next  uint64
+	n      *node
+	loaded bool // ents holds the listing from the start or a Seek
+	ents   []layer.DirEntry
+	pos    int
+	names  map[uint64]string // every offset handed out: the name it follows
+	next   uint64
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	if e := unchecked(ctx); e != 0 {
 		return nil, e
 	}
-	d := &dirStream{n: n, names: map[uint64]string{}, next: 1}
-	if e := d.load(ctx, ""); e != 0 {
-		return nil, e
+	in, err := n.fs.getInode(ctx, n.ino)
+	if err != nil {
+		return nil, n.fs.errnoOf("opendir", err)
 	}
-	return d, 0
+	if !in.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	return &dirStream{n: n, names: map[uint64]string{}, next: 1}, 0
 }
 
 // load lists the entries after name ("": all, "." and ".." first).
@@ -76,11 +85,16 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 		d.names[d.next] = ents[i].Name
 		d.next++
 	}
-	d.ents, d.pos = ents, 0
+	d.ents, d.pos, d.loaded = ents, 0, true
 	return 0
 }
 
 func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if !d.loaded {
+		if e := d.load(ctx, ""); e != 0 {
+			return layer.DirEntry{}, false, e
+		}
+	}
 	if d.pos >= len(d.ents) {
 		return layer.DirEntry{}, false, 0
 	}
@@ -90,7 +104,8 @@ func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno
 
 func (d *dirStream) Seek(ctx context.Context, off uint64) layer.Errno {
 	if off == 0 {
-		return d.load(ctx, "")
+		d.loaded, d.ents, d.pos = false, nil, 0 // read at the next Next
+		return 0
 	}
 	if d.pos > 0 && d.ents[d.pos-1].Off == off {
 		return 0 // where we are

@@ -390,3 +390,31 @@ func TestCachedValuesCopied(t *testing.T) {
 		t.Fatalf("getxattr after the setter's buffer changed: %q, want %q", got[:k], "hello\x00world")
 	}
 }
+
+// A listing opened before another client's create, and read after the
+// watch brought the create, shows it: the kernel, told of the change
+// between its OPENDIR and its READDIR, fetches the new mtime first, and
+// would keep a listing read at the open as the one of that mtime until
+// the next change (TestTwoMountsChurn: names missing for 60 s).
+func TestListingOpenedBeforeChange(t *testing.T) {
+	lower := testVolume(t, bs)
+	_, ra := mount(t, lower)
+	_, rb := mount(t, lower)
+	ds, e := ra.OpenDir(ctx0)
+	must(t, e)
+	defer ds.Close()
+	writeFile(t, rb, "new", []byte("x"))
+	waitName(t, ra, "new", true)
+	var names []string
+	for {
+		d, ok, e := ds.Next(ctx0)
+		must(t, e)
+		if !ok {
+			break
+		}
+		names = append(names, d.Name)
+	}
+	if !slices.Contains(names, "new") {
+		t.Fatalf("a stream opened before the other client's create, read after the watch brought it, listed %q", names)
+	}
+}
