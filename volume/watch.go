@@ -56,13 +56,18 @@ func (fs *FS) apply(c Change) {
 		if c.Rev <= fs.toldUpTo(ino) {
 			return // an open here read this version or a later one (sawData)
 		}
-		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		// An open file takes the change before the kernel learns of it:
+		// a READ the kernel sends after would otherwise read the old
+		// version, and size the file by it.
+		var in *Inode
 		if c.Val == nil {
 			fs.gone(ino)
-			return
-		}
-		if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		} else if i, err := decodeInode(c.Val); err == nil && i.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			in = i
 			fs.refresh(ino, in)
+		}
+		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		if in != nil {
 			fs.sawData(ino, in.DataVer, 0)
 		}
 	case 'd':
