@@ -75,6 +75,12 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 	in, mod, err := known, int64(0), error(nil)
 	if in == nil {
 		in, mod, err = fs.readInode(ctx, ino)
+		// A read that started before the watch delivered a newer
+		// version, which the kernel was told of, is made again: served,
+		// the older one would have the kernel size the file by it.
+		for tries := 0; err == nil && tries < 3 && in.DataVer < fs.servedVer(ino); tries++ {
+			in, mod, err = fs.readInode(ctx, ino)
+		}
 	}
 	if err == syscall.ENOENT {
 		// Removed by another client under a name the kernel caches:
@@ -186,6 +192,13 @@ func (fs *FS) sawData(ino, dv uint64, mod int64) {
 	if tell && fs.st.Events().Active() {
 		fs.st.Events().Raise(layer.Event{Kind: layer.Data, Token: token(ino)})
 	}
+}
+
+// servedVer is the newest data version of ino this client knows of.
+func (fs *FS) servedVer(ino uint64) uint64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.seen[ino].dv
 }
 
 // toldUpTo is the inode revision up to which ino's changes are known to
