@@ -190,6 +190,12 @@ func listNames(t *testing.T, dir layer.Node) []string {
 	ds, e := dir.OpenDir(ctx0)
 	must(t, e)
 	defer ds.Close()
+	return drainNames(t, ds)
+}
+
+// drainNames reads ds to its end: its names but "." and "..".
+func drainNames(t *testing.T, ds layer.DirStream) []string {
+	t.Helper()
 	var names []string
 	for {
 		d, ok, e := ds.Next(ctx0)
@@ -405,16 +411,7 @@ func TestListingOpenedBeforeChange(t *testing.T) {
 	defer ds.Close()
 	writeFile(t, rb, "new", []byte("x"))
 	waitName(t, ra, "new", true)
-	var names []string
-	for {
-		d, ok, e := ds.Next(ctx0)
-		must(t, e)
-		if !ok {
-			break
-		}
-		names = append(names, d.Name)
-	}
-	if !slices.Contains(names, "new") {
+	if names := drainNames(t, ds); !slices.Contains(names, "new") {
 		t.Fatalf("a stream opened before the other client's create, read after the watch brought it, listed %q", names)
 	}
 }
