@@ -12,23 +12,32 @@ import (
 // order), and every offset handed out stands for its entry's name: a
 // seek to one lists afresh the names after it, so a listing goes on
 // where it was whatever was added or removed meanwhile.
+//
+// The entries are read at the first Next, not at the open: the kernel,
+// told of a change between its OPENDIR and its READDIR, fetches the new
+// mtime first, and would keep a listing read at the open as the one of
+// that mtime until the next change.
 type dirStream struct {
-	n     *node
-	ents  []layer.DirEntry
-	pos   int
-	names map[uint64]string // every offset handed out: the name it follows
-	next  uint64
+	n      *node
+	loaded bool // ents holds the listing from the start or a Seek
+	ents   []layer.DirEntry
+	pos    int
+	names  map[uint64]string // every offset handed out: the name it follows
+	next   uint64
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	if e := unchecked(ctx); e != 0 {
 		return nil, e
 	}
-	d := &dirStream{n: n, names: map[uint64]string{}, next: 1}
-	if e := d.load(ctx, ""); e != 0 {
-		return nil, e
+	in, err := n.fs.getInode(ctx, n.ino)
+	if err != nil {
+		return nil, n.fs.errnoOf("opendir", err)
 	}
-	return d, 0
+	if !in.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	return &dirStream{n: n, names: map[uint64]string{}, next: 1}, 0
 }
 
 // load lists the entries after name ("": all, "." and ".." first).
@@ -41,10 +50,7 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 	if !in.isDir() {
 		return syscall.ENOTDIR
 	}
-	cctx, cancel := fs.ctx(ctx)
-	defer cancel()
-	prefix := fs.k.dir(ino)
-	kvs, _, err := fs.eng.List(cctx, prefix, 0)
+	kvs, err := fs.entries(ctx, ino)
 	if err != nil {
 		return fs.errnoOf("readdir", err)
 	}
@@ -63,10 +69,8 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 		ents = append(ents, layer.DirEntry{Name: "..", Ino: parent, Type: syscall.S_IFDIR})
 	}
 	dots := after == "" || after == "." || after == ".."
-	var names []string
-	var des []Dirent
 	for _, kv := range kvs {
-		name := kv.Key[len(prefix):]
+		name := kv.Key
 		if !dots && name <= after {
 			continue
 		}
@@ -75,21 +79,22 @@ func (d *dirStream) load(ctx context.Context, after string) layer.Errno {
 			return fs.errnoOf("readdir", err)
 		}
 		ents = append(ents, layer.DirEntry{Name: name, Ino: de.Ino, Type: de.Type})
-		names, des = append(names, name), append(des, de)
-	}
-	if after == "" {
-		fs.prefill(ctx, ino, names, des)
 	}
 	for i := range ents {
 		ents[i].Off = d.next
 		d.names[d.next] = ents[i].Name
 		d.next++
 	}
-	d.ents, d.pos = ents, 0
+	d.ents, d.pos, d.loaded = ents, 0, true
 	return 0
 }
 
 func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if !d.loaded {
+		if e := d.load(ctx, ""); e != 0 {
+			return layer.DirEntry{}, false, e
+		}
+	}
 	if d.pos >= len(d.ents) {
 		return layer.DirEntry{}, false, 0
 	}
@@ -99,7 +104,8 @@ func (d *dirStream) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno
 
 func (d *dirStream) Seek(ctx context.Context, off uint64) layer.Errno {
 	if off == 0 {
-		return d.load(ctx, "")
+		d.loaded, d.ents, d.pos = false, nil, 0 // read at the next Next
+		return 0
 	}
 	if d.pos > 0 && d.ents[d.pos-1].Off == off {
 		return 0 // where we are

@@ -132,7 +132,7 @@ func (e *etcdEngine) List(ctx context.Context, prefix string, limit int) ([]KV, 
 	}
 	kvs := make([]KV, len(r.Kvs))
 	for i, kv := range r.Kvs {
-		kvs[i] = KV{Key: string(kv.Key), Val: kv.Value}
+		kvs[i] = KV{Key: string(kv.Key), Val: present(kv.Value), Mod: kv.ModRevision}
 	}
 	return kvs, r.Header.Revision, nil
 }
@@ -225,50 +225,63 @@ type etcdTx struct {
 	ops    []clientv3.Op
 }
 
-func (t *etcdTx) Get(keys ...string) ([][]byte, error) {
-	out := make([][]byte, len(keys))
-	var ops []clientv3.Op
-	var idx []int
+func (t *etcdTx) Get(keys ...string) ([][]byte, error) { return valuesOnly(t.Read(keys...)) }
+
+func (t *etcdTx) Read(keys ...string) ([]Value, error) {
+	known := func(k string) (Value, bool) {
+		v, ok := t.writes[k]
+		return Value{Val: v}, ok // our own write
+	}
+	return readSome(keys, known, func(ask []string) ([]Value, error) {
+		// Reads only: safe to send again when the member that had them
+		// died (etcd's client retries single reads itself).
+		for {
+			vs, _, err := readKeys(t.ctx, t.c, ask)
+			if err == nil {
+				for j, v := range vs {
+					t.Assume(ask[j], v)
+				}
+				return vs, nil
+			}
+			select {
+			case <-t.ctx.Done():
+				return nil, err
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// Assume records v as read: the commit compares key's mod revision.
+func (t *etcdTx) Assume(key string, v Value) {
+	if old, ok := t.reads[key]; !ok || old == v.Mod {
+		t.reads[key] = v.Mod
+	} else {
+		t.reads[key] = -1 // read twice, differently: must retry
+	}
+}
+
+// readKeys reads keys in one request (a transaction of reads).
+func readKeys(ctx context.Context, c *clientv3.Client, keys []string) ([]Value, int64, error) {
+	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
-		if v, ok := t.writes[k]; ok {
-			out[i] = v // our own write
-			continue
-		}
-		ops = append(ops, clientv3.OpGet(k))
-		idx = append(idx, i)
+		ops[i] = clientv3.OpGet(k)
 	}
-	if len(ops) == 0 {
-		return out, nil
+	r, err := c.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, err
 	}
-	// A transaction of reads only: safe to send again when the member
-	// that had it died (etcd's client retries single reads itself).
-	var r *clientv3.TxnResponse
-	var err error
-	for {
-		if r, err = t.c.Txn(t.ctx).Then(ops...).Commit(); err == nil {
-			break
-		}
-		select {
-		case <-t.ctx.Done():
-			return nil, err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	out := make([]Value, len(keys))
 	for j, rr := range r.Responses {
-		k := keys[idx[j]]
-		kvs := rr.GetResponseRange().Kvs
-		var rev int64
-		if len(kvs) > 0 {
-			out[idx[j]] = present(kvs[0].Value)
-			rev = kvs[0].ModRevision
-		}
-		if old, ok := t.reads[k]; !ok || old == rev {
-			t.reads[k] = rev
-		} else {
-			t.reads[k] = -1 // read twice, differently: must retry
+		if kvs := rr.GetResponseRange().Kvs; len(kvs) > 0 {
+			out[j] = Value{Val: present(kvs[0].Value), Mod: kvs[0].ModRevision}
 		}
 	}
-	return out, nil
+	return out, r.Header.Revision, nil
+}
+
+func (e *etcdEngine) Read(ctx context.Context, keys ...string) ([]Value, int64, error) {
+	return readKeys(ctx, e.c, keys)
 }
 
 func (t *etcdTx) Put(key string, val []byte) {
@@ -300,7 +313,13 @@ func (e *etcdEngine) Watch(ctx context.Context, prefix string, rev int64) <-chan
 		next := rev + 1
 		for ctx.Err() == nil {
 			wctx := clientv3.WithRequireLeader(ctx)
-			for r := range e.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(next)) {
+			for r := range e.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithCreatedNotify()) {
+				if r.Created {
+					if !send(ctx, out, Change{Up: true, Rev: next - 1}) {
+						return
+					}
+					continue
+				}
 				if r.CompactRevision != 0 {
 					// What lay between is gone: say so, go on from there.
 					next = r.CompactRevision
@@ -325,6 +344,9 @@ func (e *etcdEngine) Watch(ctx context.Context, prefix string, rev int64) <-chan
 			}
 			// The watch ended (no leader, member gone): resume after a
 			// pause, from the next revision: nothing is missed.
+			if !send(ctx, out, Change{Down: true, Rev: next - 1}) {
+				return
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):

@@ -72,9 +72,15 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 	if !load {
 		return f, 0
 	}
-	in, err := known, error(nil)
+	in, mod, err := known, int64(0), error(nil)
 	if in == nil {
-		in, err = fs.getInode(ctx, ino)
+		in, mod, err = fs.readInode(ctx, ino)
+		// A read that started before the watch delivered a newer
+		// version, which the kernel was told of, is made again: served,
+		// the older one would have the kernel size the file by it.
+		for tries := 0; err == nil && tries < 3 && in.DataVer < fs.servedVer(ino); tries++ {
+			in, mod, err = fs.readInode(ctx, ino)
+		}
 	}
 	if err == syscall.ENOENT {
 		// Removed by another client under a name the kernel caches:
@@ -90,11 +96,12 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, known *Inode) (*fileState
 		return nil, syscall.EISDIR
 	}
 	f.mu.Lock()
-	if !f.changed {
+	if !f.changed && (f.base == nil || in.DataVer >= f.base.DataVer) {
+		// Not an older read than another open's, or the watch's.
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 	f.mu.Unlock()
-	fs.sawData(ino, in.DataVer)
+	fs.sawData(ino, in.DataVer, mod)
 	return f, 0
 }
 
@@ -152,17 +159,54 @@ func (fs *FS) reap(ino uint64) {
 	})
 }
 
-// sawData records the data version of ino this client serves now. If the
-// kernel may hold pages of an older one, they are dropped before the open
-// that found the new one returns.
-func (fs *FS) sawData(ino, dv uint64) {
+// served is what this client's kernel may hold of a file: pages of data
+// version dv at most; and nothing older than the inode's revision told,
+// which an open read and had the kernel drop what it held before.
+type served struct {
+	dv   uint64
+	told int64
+}
+
+// sawData records data version dv of ino, served now: as an open read
+// it at revision mod, or as the watch delivered it or the open's create
+// made it (mod 0). The kernel may hold the size and pages of an older
+// version (from a lookup, or a read before the change) that the watch
+// has not dropped yet: they are dropped before the open that found the
+// new one returns. An older version than one served is no news: the watch
+// lags behind the open, and what it then delivers of versions up to told
+// is not told to the kernel (FS.apply): an invalidation racing with the
+// getattr that fetches the new size has the kernel keep the old size and
+// read that many bytes.
+func (fs *FS) sawData(ino, dv uint64, mod int64) {
 	fs.mu.Lock()
-	old, ok := fs.seen[ino]
-	fs.seen[ino] = dv
+	s, ok := fs.seen[ino]
+	tell := ok && dv > s.dv || !ok && mod != 0
+	if !ok || dv > s.dv {
+		s.dv = dv
+	}
+	if tell {
+		s.told = max(s.told, mod)
+	}
+	fs.seen[ino] = s
 	fs.mu.Unlock()
-	if ok && old != dv && fs.st.Events().Active() {
+	if tell && fs.st.Events().Active() {
 		fs.st.Events().Raise(layer.Event{Kind: layer.Data, Token: token(ino)})
 	}
+}
+
+// servedVer is the newest data version of ino this client knows of.
+func (fs *FS) servedVer(ino uint64) uint64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.seen[ino].dv
+}
+
+// toldUpTo is the inode revision up to which ino's changes are known to
+// the kernel (served.told).
+func (fs *FS) toldUpTo(ino uint64) int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.seen[ino].told
 }
 
 // attr fills out with the file as this client sees it, if that is not

@@ -18,9 +18,13 @@ import (
 
 // FS is a mounted volume: the bottom of a stack.
 //
-// Lock order: fileState.flushMu, then fileState.mu, then FS.mu;
-// prefetch.mu is taken alone. No lock is held across a request to etcd
-// or S3 but flushMu (only write-backs of that one file wait on it).
+// Lock order: fileState.flushMu, then fileState.mu, then FS.mu. The
+// others are leaves, nothing taken or called under them: node.mu,
+// mcache.mu (mcache.go), blockCache.mu, fetches.mu, a handle's
+// seqReads.mu and an upload's (blockStore.putAll), and
+// etcdEngine.leaseMu. No lock is held across a request to etcd or S3 but
+// flushMu (only write-backs of that one file wait on it) and leaseMu
+// (while a lease is granted).
 type FS struct {
 	eng    Engine
 	k      keys
@@ -32,10 +36,11 @@ type FS struct {
 
 	mu      sync.Mutex
 	files   map[uint64]*fileState // open files of this client
-	seen    map[uint64]uint64     // DataVer of each file as last served here
+	seen    map[uint64]served     // what this client's kernel may hold of each file (file.go)
 	own     map[int64]bool        // revisions of our own commits, for the watch
 	flying  map[*flight]bool      // our transactions not yet recorded in own
-	pre     prefetch              // what listings read, for the lookups after them
+	meta    mcache                // the namespace as the watch keeps it (mcache.go)
+	syncKey string                // this client's sync mark (watch.go)
 	inoNext uint64                // the inode numbers this client may hand out
 	inoEnd  uint64
 	timeout time.Duration // of every request to etcd and S3
@@ -94,10 +99,10 @@ func openOn(ctx context.Context, st *stack.Stack, eng Engine, name string, o Opt
 		return nil, err
 	}
 	fs := &FS{eng: eng, k: k, f: f, blocks: bs, st: st, log: o.Logger,
-		files: map[uint64]*fileState{}, seen: map[uint64]uint64{}, own: map[int64]bool{}, flying: map[*flight]bool{},
+		files: map[uint64]*fileState{}, seen: map[uint64]served{}, own: map[int64]bool{}, flying: map[*flight]bool{},
 		timeout: 60 * time.Second}
-	fs.pre.init()
-	st.Events().Subscribe(fs.pre.drop)
+	fs.meta.reset()
+	fs.syncKey = k.p + "c/" + newID()
 	wctx, cancel := context.WithCancel(context.Background())
 	fs.cancel = cancel
 	// SHALE_VOLUME_WATCH=off is for tests: that what close-to-open
@@ -155,15 +160,32 @@ func (fs *FS) update(ctx context.Context, what string, fn func(t *ntx) error) la
 		fs.log.Warn("no etcd lease: files removed while open are removed at once", "volume", fs.f.Name, "err", err)
 	}
 	var t *ntx
+	var ct *cacheTx
 	fl := fs.takeOff()
-	rev, err := fs.eng.Txn(ctx, func(tx Tx) error {
-		t = &ntx{fs: fs, tx: tx, inodes: map[uint64]*Inode{}, dirty: map[uint64]bool{}, now: nowNs(), lease: lease}
-		if err := fn(t); err != nil {
-			return err
+	var rev int64
+	// The first try takes what the cache knows as read; an error it
+	// leads to (EEXIST, ENOENT) is made sure of by a try that reads.
+	for try := 0; try < 2; try++ {
+		tries := 0
+		rev, err = fs.eng.Txn(ctx, func(tx Tx) error {
+			ct = newCacheTx(fs, tx, try == 0 && tries == 0)
+			tries++
+			t = &ntx{fs: fs, tx: ct, inodes: map[uint64]*Inode{}, dirty: map[uint64]bool{}, now: nowNs(), lease: lease}
+			if err := fn(t); err != nil {
+				return err
+			}
+			t.commit()
+			return nil
+		})
+		var errno syscall.Errno
+		if !errors.As(err, &errno) || !ct.assumed {
+			break
 		}
-		t.commit()
-		return nil
-	})
+	}
+	if err == nil && rev != 0 {
+		// Before land: the watch waits for it to pass rev.
+		fs.meta.committed(fs.k, rev, ct, t.made, t.madeDirs)
+	}
 	fs.land(fl, rev)
 	if err == nil {
 		for _, ino := range t.removed {
@@ -297,18 +319,39 @@ func (fs *FS) fill(ino uint64, in *Inode, out *layer.Attr) {
 	}
 }
 
-// getInode reads inode ino outside a transaction.
+// getInode is inode ino as the metadata cache knows it, else as read.
 func (fs *FS) getInode(ctx context.Context, ino uint64) (*Inode, error) {
+	if v, ok := fs.meta.get(fs.k, fs.k.inode(ino)); ok && v.Val != nil {
+		return decodeInode(v.Val)
+	}
+	in, _, err := fs.readInode(ctx, ino)
+	return in, err
+}
+
+// readInode reads inode ino from etcd (an open: close-to-open), and the
+// revision of its last change.
+func (fs *FS) readInode(ctx context.Context, ino uint64) (*Inode, int64, error) {
+	vs, err := fs.read(ctx, fs.k.inode(ino))
+	if err != nil {
+		return nil, 0, err
+	}
+	if vs[0].Val == nil {
+		return nil, 0, syscall.ENOENT
+	}
+	in, err := decodeInode(vs[0].Val)
+	return in, vs[0].Mod, err
+}
+
+// read reads keys from etcd in one request, and tells the cache.
+func (fs *FS) read(ctx context.Context, keys ...string) ([]Value, error) {
 	ctx, cancel := fs.ctx(ctx)
 	defer cancel()
-	b, err := fs.eng.Get(ctx, fs.k.inode(ino))
+	vs, rev, err := fs.eng.Read(ctx, keys...)
 	if err != nil {
 		return nil, err
 	}
-	if b == nil {
-		return nil, syscall.ENOENT
-	}
-	return decodeInode(b)
+	fs.meta.read(fs.k, rev, keys, vs)
+	return vs, nil
 }
 
 // A volume is the bottom of stacks whose lower is etcd://HOSTS/NAME.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shalefs/shale/layer"
@@ -30,7 +31,13 @@ func engines(t testing.TB) (etcd, s3 string) {
 // testVolume formats a new volume of block size bs and returns its URL.
 // Its keys are deleted at the end.
 func testVolume(t testing.TB, bs int) string {
-	etcd, s3 := engines(t)
+	_, s3 := engines(t)
+	return testVolumeOn(t, bs, s3)
+}
+
+// testVolumeOn is testVolume with its blocks in the S3 server at s3.
+func testVolumeOn(t testing.TB, bs int, s3 string) string {
+	etcd, _ := engines(t)
 	var b [6]byte
 	rand.Read(b[:])
 	name := "t" + hex.EncodeToString(b[:])
@@ -106,6 +113,18 @@ func writeFile(t testing.TB, dir layer.Node, name string, data []byte) layer.Nod
 	must(t, h.Flush(ctx0, 1))
 	must(t, h.Release(ctx0))
 	return n
+}
+
+// rewrite opens n with O_TRUNC, writes data and closes it.
+func rewrite(t testing.TB, n layer.Node, data []byte) {
+	t.Helper()
+	h, e := n.Open(ctx0, syscall.O_WRONLY|syscall.O_TRUNC)
+	must(t, e)
+	if _, e := h.Write(ctx0, data, 0); e != 0 {
+		t.Fatal(e)
+	}
+	must(t, h.Flush(ctx0, 1))
+	must(t, h.Release(ctx0))
 }
 
 func readFile(t testing.TB, n layer.Node) []byte {

@@ -110,31 +110,35 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
-	if d, in, ok := n.fs.pre.take(n.ino, name); ok {
-		c := &node{fs: n.fs, ino: d.Ino, last: in}
-		if f := n.fs.openFile(d.Ino); f == nil || !f.attr(ctx, out) {
-			n.fs.fill(d.Ino, in, out)
+	key := n.fs.k.dirent(n.ino, name)
+	// From the cache if it knows; a file it names that is gone has it
+	// read again.
+	for try := 0; ; try++ {
+		v, ok := n.fs.meta.get(n.fs.k, key)
+		if !ok || try > 0 {
+			vs, err := n.fs.read(ctx, key)
+			if err != nil {
+				return nil, n.fs.errnoOf("lookup", err)
+			}
+			v, ok = vs[0], false
+		}
+		if v.Val == nil {
+			return nil, syscall.ENOENT
+		}
+		var d Dirent
+		if err := json.Unmarshal(v.Val, &d); err != nil {
+			return nil, n.fs.errnoOf("lookup", err)
+		}
+		c := &node{fs: n.fs, ino: d.Ino}
+		e := c.Getattr(ctx, nil, out)
+		if e == syscall.ESTALE && ok {
+			continue
+		}
+		if e != 0 {
+			return nil, e
 		}
 		return c, 0
 	}
-	cctx, cancel := n.fs.ctx(ctx)
-	defer cancel()
-	b, err := n.fs.eng.Get(cctx, n.fs.k.dirent(n.ino, name))
-	if err != nil {
-		return nil, n.fs.errnoOf("lookup", err)
-	}
-	if b == nil {
-		return nil, syscall.ENOENT
-	}
-	var d Dirent
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, n.fs.errnoOf("lookup", err)
-	}
-	c := &node{fs: n.fs, ino: d.Ino}
-	if e := c.Getattr(ctx, nil, out); e != 0 {
-		return nil, e
-	}
-	return c, 0
 }
 
 // unchecked refuses callers that a frontend did not check (Caller.Check:
@@ -200,6 +204,7 @@ func (n *node) make(ctx context.Context, name string, in *Inode, out *layer.Attr
 		if typ == syscall.S_IFDIR {
 			nin.Nlink, nin.Parent = 2, n.ino
 			dir.Nlink++
+			t.madeDirs = append(t.madeDirs, ino)
 		}
 		t.newInode(ino, &nin)
 		t.addEntry(n.ino, name, ino, typ)

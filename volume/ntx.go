@@ -21,7 +21,8 @@ type ntx struct {
 	lease  int64 // this client's (Engine.Lease)
 	// removed are the inodes this transaction deleted; kept, those whose
 	// last link it removed while they are open here (orphans).
-	removed, kept []uint64
+	removed, kept  []uint64
+	made, madeDirs []uint64 // inodes it made (no xattrs but those it wrote), directories (no entries)
 }
 
 // load reads the inodes not read yet, in one request.
@@ -185,6 +186,7 @@ func (t *ntx) drop(ino uint64) {
 func (t *ntx) newInode(ino uint64, in *Inode) {
 	in.Atime, in.Mtime, in.Ctime = t.now, t.now, t.now
 	t.inodes[ino] = in
+	t.made = append(t.made, ino)
 	t.dirty[ino] = true
 }
 

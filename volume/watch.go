@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -14,38 +15,90 @@ import (
 // that made them.
 func (fs *FS) watch(ctx context.Context, rev int64) {
 	for c := range fs.eng.Watch(ctx, fs.k.p, rev) {
-		if c.Lost {
+		switch {
+		case c.Up:
+			go fs.sync(ctx)
+			continue
+		case c.Down:
+			fs.meta.down()
+			continue
+		case c.Lost:
 			fs.log.Warn("volume watch lost changes (compacted): dropping every cache", "volume", fs.f.Name, "rev", c.Rev)
+			fs.meta.lost()
 			fs.st.Events().Raise(layer.Event{Kind: layer.Everything})
 			continue
 		}
-		mine := fs.isOwn(c.Rev)
-		fs.mu.Lock()
-		for r := range fs.own {
-			if r < c.Rev {
-				delete(fs.own, r) // the watch is past it
-			}
+		fs.apply(c)
+	}
+}
+
+// apply takes one change the watch delivered: into the metadata cache,
+// and to the kernel as events unless it is this client's own.
+func (fs *FS) apply(c Change) {
+	mine := fs.isOwn(c.Rev)
+	fs.meta.change(fs.k, c)
+	if c.Key == fs.syncKey {
+		fs.meta.marked(string(c.Val))
+	}
+	fs.mu.Lock()
+	for r := range fs.own {
+		if r < c.Rev {
+			delete(fs.own, r) // the watch is past it
 		}
-		fs.mu.Unlock()
-		if mine || !fs.st.Events().Active() {
-			continue
+	}
+	fs.mu.Unlock()
+	if mine || !fs.st.Events().Active() {
+		return
+	}
+	kind, ino, name := fs.k.parse(c.Key)
+	switch kind {
+	case 'i':
+		if c.Rev <= fs.toldUpTo(ino) {
+			return // an open here read this version or a later one (sawData)
 		}
-		kind, ino, name := fs.k.parse(c.Key)
-		switch kind {
-		case 'i':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
-			if c.Val == nil {
-				fs.gone(ino)
-				continue
-			}
-			if in, err := decodeInode(c.Val); err == nil && in.Mode&syscall.S_IFMT == syscall.S_IFREG {
-				fs.refresh(ino, in)
-				fs.sawData(ino, in.DataVer)
-			}
-		case 'd':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})
-		case 'x':
-			fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		// An open file takes the change before the kernel learns of it:
+		// a READ the kernel sends after would otherwise read the old
+		// version, and size the file by it.
+		var in *Inode
+		if c.Val == nil {
+			fs.gone(ino)
+		} else if i, err := decodeInode(c.Val); err == nil && i.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			in = i
+			fs.refresh(ino, in)
+		}
+		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+		if in != nil {
+			fs.sawData(ino, in.DataVer, 0)
+		}
+	case 'd':
+		fs.st.Events().Raise(layer.Event{Kind: layer.Entries, Token: token(ino), Name: name})
+	case 'x':
+		fs.st.Events().Raise(layer.Event{Kind: layer.Attrs, Token: token(ino)})
+	}
+}
+
+// sync writes a new sync mark once the watch has (re)started: when the
+// watch delivers it, it has delivered every change made before, and the
+// metadata cache answers again.
+func (fs *FS) sync(ctx context.Context) {
+	nonce := newID()
+	fs.meta.await(nonce)
+	for pause := 100 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+		cctx, cancel := fs.ctx(ctx)
+		lease, err := fs.eng.Lease(cctx)
+		if err == nil {
+			_, err = fs.eng.Txn(cctx, func(tx Tx) error {
+				tx.PutLeased(fs.syncKey, []byte(nonce), lease)
+				return nil
+			})
+		}
+		cancel()
+		if err == nil || !fs.meta.awaits(nonce) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
 		}
 	}
 }
@@ -69,7 +122,9 @@ func (fs *FS) refresh(ino uint64, in *Inode) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.changed && f.base != nil && f.cut < 0 {
+	// A watch that lags may deliver a version older than an open read:
+	// the data version orders them.
+	if !f.changed && f.base != nil && f.cut < 0 && in.DataVer >= f.base.DataVer {
 		f.base, f.size, f.mtime, f.ctime = in, in.Size, in.Mtime, in.Ctime
 	}
 }

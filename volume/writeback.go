@@ -41,18 +41,10 @@ func (f *fileState) writeBack(ctx context.Context) layer.Errno {
 	}
 	cctx, cancel := f.fs.ctx(ctx)
 	defer cancel()
-	put := map[int64]Block{}
-	for i, buf := range snap {
-		if len(buf) == 0 {
-			put[i] = Block{}
-			continue
-		}
-		id, err := f.fs.blocks.put(cctx, buf)
-		if err != nil {
-			restoreCut()
-			return f.fs.errnoOf("write block", err)
-		}
-		put[i] = Block{ID: id, Len: uint32(len(buf))}
+	put, err := f.fs.blocks.putAll(cctx, snap)
+	if err != nil {
+		restoreCut()
+		return f.fs.errnoOf("write block", err)
 	}
 
 	bs := f.bs()
@@ -136,7 +128,9 @@ func (f *fileState) writeBack(ctx context.Context) layer.Errno {
 		f.size = committed.Size
 	}
 	f.fs.mu.Lock()
-	f.fs.seen[f.ino] = committed.DataVer
+	s := f.fs.seen[f.ino]
+	s.dv = committed.DataVer
+	f.fs.seen[f.ino] = s
 	f.fs.mu.Unlock()
 	return 0
 }

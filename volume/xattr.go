@@ -20,16 +20,21 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (int, lay
 	if e := validXattr(name); e != 0 {
 		return 0, e
 	}
-	cctx, cancel := n.fs.ctx(ctx)
-	defer cancel()
-	v, err := n.fs.eng.Get(cctx, n.fs.k.xattr(n.ino, name))
-	if err != nil {
-		return 0, n.fs.errnoOf("getxattr", err)
+	// The kernel asks for security.capability before every write: the
+	// cache (kept by the watch) answers, after the first read.
+	key := n.fs.k.xattr(n.ino, name)
+	v, ok := n.fs.meta.get(n.fs.k, key)
+	if !ok {
+		vs, err := n.fs.read(ctx, key)
+		if err != nil {
+			return 0, n.fs.errnoOf("getxattr", err)
+		}
+		v = vs[0]
 	}
-	if v == nil {
+	if v.Val == nil {
 		return 0, syscall.ENODATA
 	}
-	return sized(dest, v)
+	return sized(dest, v.Val)
 }
 
 // sized copies v to dest as the xattr calls do: a zero-length dest asks
