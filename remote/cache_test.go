@@ -372,3 +372,52 @@ func TestLazyOpenRemoved(t *testing.T) {
 		t.Fatalf("read of the open file removed on the server: %q %v", buf[:k], e)
 	}
 }
+
+// A read that moves a file's atime on the server (relatime: atime not
+// after mtime) moves the cached one too, rather than dropping the
+// attributes: the next lookup of the file is answered from the cache,
+// with an atime after mtime that the server's stat confirms (one clock
+// here). Before, every source file a build read was walked to and
+// stat'd again at the directory's next READDIRPLUS.
+func TestReadMovesCachedAtime(t *testing.T) {
+	x := newExported(t, export.Options{})
+	p := filepath.Join(x.dir, "f")
+	os.WriteFile(p, []byte("data"), 0o644)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(p, old, old)
+	a := mountWith(t, x.dial, Options{})
+	caching(t, a)
+	var at layer.Attr
+	f := lookup(t, a, "f")
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	if at.Atime.After(at.Mtime) {
+		t.Fatalf("atime %v after mtime %v before the read", at.Atime, at.Mtime)
+	}
+	h, e := f.Open(bg, unix.O_RDONLY)
+	must(t, e, "open")
+	before := time.Now()
+	buf := make([]byte, 16)
+	if k, e := h.Read(bg, buf, 0); e != 0 || string(buf[:k]) != "data" {
+		t.Fatalf("read: %q %v", buf[:k], e)
+	}
+	h.Release(bg)
+	walks := a.fs.ctr.Reqs[p9wire.Twalk].Load()
+	getattrs := a.fs.ctr.Reqs[p9wire.Tgetattr].Load()
+	if _, e := a.Lookup(bg, "f", &at); e != 0 {
+		t.Fatalf("lookup after the read: %v", e)
+	}
+	if w, g := a.fs.ctr.Reqs[p9wire.Twalk].Load()-walks, a.fs.ctr.Reqs[p9wire.Tgetattr].Load()-getattrs; w+g != 0 {
+		t.Fatalf("lookup after the read sent %d Twalks and %d Tgetattrs, want none", w, g)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	server := time.Unix(st.Atim.Unix())
+	if !at.Atime.After(at.Mtime) || at.Atime.Before(before) || at.Atime.Before(server) {
+		t.Fatalf("cached atime %v: want after mtime %v, after the read's start %v and not before the server's %v", at.Atime, at.Mtime, before, server)
+	}
+	if !server.After(old.Add(time.Minute)) {
+		t.Fatalf("the server's atime %v did not move from %v", server, old)
+	}
+}

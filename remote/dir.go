@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -24,8 +25,9 @@ type dir struct {
 	keep  bool
 	all   []layer.DirEntry
 	touch bool // the first Treaddir moves the directory's atime
-	// timesMoved: it did, and the cached times are not dropped yet.
+	// timesMoved: it did, at movedAt, and the cached atime is not moved yet.
 	timesMoved bool
+	movedAt    time.Time
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -40,9 +42,9 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			return layer.DirEntry{}, false, session.Errno(err)
 		}
 		if d.touch {
-			// The Treaddir moved the atime: the cached times go, once
-			// the listing is kept (a drop before would refuse it).
-			d.touch, d.timesMoved = false, true
+			// The Treaddir moved the atime: the cached one moves too,
+			// once the listing is kept (the tick before would refuse it).
+			d.touch, d.timesMoved, d.movedAt = false, true, time.Now()
 		}
 		ents := &p9wire.Dec{B: r.Data}
 		for len(ents.B) > 0 {
@@ -66,7 +68,7 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			}
 		}
 		if !d.keep {
-			d.dropTimes()
+			d.moveAtime()
 		}
 	}
 	if len(d.buf) == 0 {
@@ -81,15 +83,15 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
 	d.off, d.buf, d.eof = off, nil, false
 	d.keep, d.all = false, nil
-	d.dropTimes()
+	d.moveAtime()
 	return 0
 }
 
-// dropTimes drops the directory's cached times if a Treaddir moved them.
-func (d *dir) dropTimes() {
+// moveAtime moves the directory's cached atime if a Treaddir moved it.
+func (d *dir) moveAtime() {
 	if d.timesMoved {
 		d.timesMoved = false
-		d.h.fs.cc.DropTimes(d.h.n.tok.Ino)
+		d.h.fs.cc.AtimeMoved(d.h.n.tok.Ino, d.movedAt)
 	}
 }
 
@@ -165,6 +167,6 @@ func (d *dir) Close() {
 	if !d.h.everOpened() {
 		d.h.fs.ctr.dirOpensUnsent.Add(1) // opened lazily, and never read (OpenDir)
 	}
-	d.dropTimes()
+	d.moveAtime()
 	d.h.Release(context.Background())
 }

@@ -160,7 +160,7 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		return 0, e
 	}
 	if touch {
-		defer fs.cc.DropTimes(path) // the server's read moved atime
+		defer func() { fs.cc.AtimeMoved(path, time.Now()) }() // the server's read moved it
 	}
 	if !fs.cc.On.Load() || uncached {
 		k, err := c.ReadAt(fid, iounit, dest, off)

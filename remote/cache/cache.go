@@ -217,14 +217,25 @@ func (c *Cache) DropAttrs(path uint64) {
 	}
 }
 
-// DropTimes forgets the attributes only: our read on the server moved
-// atime, which changes no permission and no extended attribute.
-func (c *Cache) DropTimes(path uint64) {
+// AtimeMoved is told that our read or listing on the server, at time at
+// by our clock, moved path's atime (Touches said it would). The cached
+// atime becomes at, or just after mtime and ctime if our clock is behind
+// the server's, as relatime leaves it; nothing else moved. Dropping the
+// attributes instead cost a walk and a Tgetattr per file read: a build's
+// sources, looked up again at its next listing (READDIRPLUS). The server's
+// own value differs from ours by the clocks' skew and the reply's way.
+func (c *Cache) AtimeMoved(path uint64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
-	if e := c.ents[path]; e != nil {
-		e.hasAttr = false
+	if e := c.ents[path]; e != nil && e.hasAttr {
+		a := &e.attr
+		for _, t := range []time.Time{a.Mtime, a.Ctime} {
+			if !at.After(t) {
+				at = t.Add(time.Nanosecond)
+			}
+		}
+		a.Atime = at
 	}
 }
 

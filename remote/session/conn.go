@@ -3,11 +3,13 @@ package session
 import (
 	"bufio"
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -191,9 +193,25 @@ func (c *Conn) Close() { c.Fail(errClosed) }
 // There is no Tflush: a request that gets no reply within the timeout
 // fails, and so does its connection, which is closed so that every other
 // request in flight fails at once instead of waiting for its own timeout.
+//
+// At the debug level each request is logged, with its reply's error: the
+// trace to count and explain a workload's round trips by.
 func (c *Conn) RPC(req, rep p9wire.Message) error {
 	c.ctr.Reqs[req.Type()].Add(1)
-	return c.call(req, rep, c.timeout)
+	err := c.call(req, rep, c.timeout)
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("9p request", "req", describe(req), "err", err)
+	}
+	return err
+}
+
+// describe is req for the debug log: its type and fields, a write's
+// length in place of its data.
+func describe(req p9wire.Message) string {
+	if w, ok := req.(*p9wire.Write); ok {
+		return fmt.Sprintf("Write{Fid:%d Offset:%d Len:%d}", w.Fid, w.Offset, len(w.Data))
+	}
+	return strings.Replace(strings.TrimPrefix(fmt.Sprintf("%T%+v", req, req), "*p9wire."), "&{", "{", 1)
 }
 
 // Do is RPC for the requests answered by success alone.
