@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
@@ -85,6 +86,9 @@ func (n *node) fidFor(ctx context.Context, h layer.Handle) (*session.Conn, uint3
 
 func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, out *layer.Attr) layer.Errno {
 	defer n.fs.wb.OverlayAttr(n.tok, out) // after finish
+	if n.keepTimes(ctx, in, out) {
+		return 0
+	}
 	finish, made := n.fs.wb.BeforeSetattr(ctx, n.tok, in), false
 	defer func() { finish(made) }()
 	c, fid, done, e := n.fidFor(ctx, h)
@@ -169,6 +173,28 @@ func (n *node) Setattr(ctx context.Context, h layer.Handle, in *layer.SetAttr, o
 	}
 	*out = ra.Attr
 	return 0
+}
+
+// keepTimes keeps a setting of times alone with the file's delayed
+// writes (writeback.KeepTimes), if the caller owns the file, as its
+// cached attributes say: the server lets the owner set them, so they may
+// wait for the data. out is the cached attributes (the kept times are
+// overlaid after). Another caller's setting goes to the server, which
+// alone knows whether it may.
+func (n *node) keepTimes(ctx context.Context, in *layer.SetAttr, out *layer.Attr) bool {
+	if !n.fs.wb.Has(n.tok) {
+		return false
+	}
+	a, gen, ok := n.fs.cc.Attr(n.tok.Ino)
+	if !ok || gen != n.tok.Gen || a.Uid != identOf(ctx).uid {
+		return false
+	}
+	if !n.fs.wb.KeepTimes(n.tok, whoOf(ctx), in, time.Now()) {
+		return false
+	}
+	*out = a
+	n.fs.raise(ctx, layer.Attrs, n.tok, "")
+	return true
 }
 
 // spriteAttr makes out, the attributes a lookup found, show the delayed

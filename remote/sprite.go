@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
 	"github.com/shalefs/shale/remote/writeback"
 )
@@ -26,6 +28,21 @@ var (
 // writeback package's uid) with journal.WriteBack.
 // refused is the server's ESTALE to the open itself (not to the walk: a
 // file removed): another client wrote the file since this one did.
+func (n *node) SetTimes(c *session.Conn, who uint32, atime, mtime time.Time) error {
+	fid, done, e := n.fidOn(c, who)
+	defer done()
+	if e != 0 {
+		return e
+	}
+	req := p9wire.Setattr{Fid: fid, Valid: p9wire.SetattrMtime | p9wire.SetattrMtimeSet,
+		Mtime: uint64(mtime.Unix()), MtimeNsec: uint64(mtime.Nanosecond())}
+	if !atime.IsZero() {
+		req.Valid |= p9wire.SetattrAtime | p9wire.SetattrAtimeSet
+		req.Atime, req.AtimeNsec = uint64(atime.Unix()), uint64(atime.Nanosecond())
+	}
+	return c.Do(&req)
+}
+
 func (n *node) OpenWriteBack(c *session.Conn, who uint32) (fid, iounit uint32, refused bool, e layer.Errno) {
 	walked := !n.isRoot && !n.hasFid(c, who)
 	if fid, e = n.newFid(c, who); e != 0 {

@@ -2,6 +2,7 @@ package writeback
 
 import (
 	"context"
+	"time"
 
 	"github.com/shalefs/shale/layer"
 )
@@ -58,29 +59,73 @@ func (sf *sfile) overlayLocked(a *layer.Attr) {
 	if d := sf.d; d != nil {
 		a.Size = uint64(d.size)
 		a.Blocks += uint64(d.bytes()+511) / 512
-		if d.mtime.After(a.Mtime) {
+		if d.mtimeSet || d.mtime.After(a.Mtime) {
 			a.Mtime = d.mtime
 		}
-		if d.mtime.After(a.Ctime) {
-			a.Ctime = d.mtime
+		if !d.atime.IsZero() {
+			a.Atime = d.atime
+		}
+		if d.ctime.After(a.Ctime) {
+			a.Ctime = d.ctime
 		}
 	}
 }
 
-// BeforeSetattr prepares a setattr of path: a change of times writes the
-// dirty data back first (its write would move them again; and a read of
-// what the client holds, which the server never sees, would not move
-// atime as relatime wants). The returned func ends it, after the
-// Tsetattr, told whether the server made it: a change of size then cuts
-// the dirty data too. The file stays locked against write-backs
-// meanwhile.
+// timeBits are the settings of times.
+const timeBits = layer.SetAtime | layer.SetAtimeNow | layer.SetMtime | layer.SetMtimeNow
+
+// KeepTimes keeps a setting of times alone (utimes) of a file with
+// delayed writes, made by who, as of now: they go to the server after
+// the data, and stat shows them meanwhile. It reports whether it kept
+// them. The caller has made sure that the server will take them from
+// who (the file's owner). Sent at once, they would write the data back
+// first: a build that finds its output up to date touches it, and would
+// write back the output it wrote a moment before.
+func (w *Files) KeepTimes(tok layer.Token, who uint32, in *layer.SetAttr, now time.Time) bool {
+	if in.Valid&timeBits == 0 || in.Valid&^timeBits != 0 {
+		return false
+	}
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return false
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	d := sf.d
+	if d == nil || d.timesSet && d.timesBy != who {
+		return false
+	}
+	switch {
+	case in.Valid&layer.SetAtimeNow != 0:
+		d.atime = now
+	case in.Valid&layer.SetAtime != 0:
+		d.atime = in.Atime
+	}
+	switch {
+	case in.Valid&layer.SetMtimeNow != 0:
+		d.mtime, d.mtimeSet = now, true
+	case in.Valid&layer.SetMtime != 0:
+		d.mtime, d.mtimeSet = in.Mtime, true
+	}
+	d.ctime, d.timesSet, d.timesBy = now, true, who
+	return true
+}
+
+// BeforeSetattr prepares a setattr of path that KeepTimes did not keep:
+// a change of times writes the dirty data back first (its write would
+// move them again; and a read of what the client holds, which the server
+// never sees, would not move atime as relatime wants), and so does any
+// change after kept times, which must reach the server first. The
+// returned func ends it, after the Tsetattr, told whether the server
+// made it: a change of size then cuts the dirty data too. The file stays
+// locked against write-backs meanwhile.
 func (w *Files) BeforeSetattr(ctx context.Context, tok layer.Token, in *layer.SetAttr) func(made bool) {
 	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return func(bool) {}
 	}
 	sf.mu.Lock()
-	if sf.d != nil && in.Valid&(layer.SetAtime|layer.SetAtimeNow|layer.SetMtime|layer.SetMtimeNow) != 0 {
+	if sf.d != nil && (in.Valid&timeBits != 0 || sf.d.timesSet) {
 		w.writeBackLocked(ctx, sf, Setattr)
 	}
 	return func(made bool) {

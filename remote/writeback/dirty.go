@@ -13,7 +13,16 @@ type dirty struct {
 	ext   []extent
 	size  int64
 	since time.Time // when it became dirty: write-back is due delay after
-	mtime time.Time // the last write, shown by stat until written back
+	mtime time.Time // the last write, or the time set; shown by stat until written back
+	ctime time.Time // the last change kept: a write, or a setting of times
+
+	// Times a program set (utimes) while the data was delayed, sent
+	// after it (KeepTimes): by timesBy; atime zero if not set; mtimeSet
+	// if mtime is the one set, not moved by a write since.
+	timesSet bool
+	timesBy  uint32
+	atime    time.Time
+	mtimeSet bool
 }
 
 type extent struct {

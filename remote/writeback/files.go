@@ -8,7 +8,8 @@
 //   - writes are delayed: kept here as dirty extents (dirty.go) and
 //     written back when they have been dirty for the delay, at fsync,
 //     when more than DirtyMax is dirty, when the server recalls them (an
-//     open on another client), before a setattr of times, and at
+//     open on another client), before a setattr of times (but the
+//     owner's, kept with the data: KeepTimes), and at
 //     unmount (flush.go). Data overwritten, truncated or unlinked first
 //     is never sent; data that cannot be written back is kept in a
 //     conflict copy (lost.go);
@@ -79,6 +80,9 @@ type File interface {
 	// refused is the server's ESTALE to the open itself (another client
 	// wrote the file since this one did), not to the walk.
 	OpenWriteBack(c *session.Conn, uid uint32) (fid, iounit uint32, refused bool, e layer.Errno)
+	// SetTimes sets its mtime, and its atime unless zero, on c as who:
+	// times a program set while its writes were delayed.
+	SetTimes(c *session.Conn, who uint32, atime, mtime time.Time) error
 	// Removed tells whether this client removed its last name it knew
 	// (or renamed another file over it): its data then goes, as a local
 	// removed file's, once no handle reads it back.

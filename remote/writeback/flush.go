@@ -91,7 +91,17 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 	// The file's modification time is when the program wrote, not when
 	// the data reached the server: make and its kind compare them. Only
 	// the owner may set it; others' write-backs leave the server's.
-	c.SetMtime(fid, d.mtime)
+	// Times a program set go as that program's user (KeepTimes).
+	if d.timesSet {
+		if err := sf.f.SetTimes(c, d.timesBy, d.atime, d.mtime); err != nil {
+			if errors.Is(err, session.ErrLost) || errors.Is(err, syscall.EINTR) {
+				return syscall.EIO, true // kept, to write again
+			}
+			w.Log.Warn("9p: the server refused the times a program set while its writes were delayed: the file has the server's", "qid", sf.tok.Ino, "err", session.Errno(err))
+		}
+	} else {
+		c.SetMtime(fid, d.mtime)
+	}
 	n := d.bytes()
 	w.dirtyBytes.Add(-n)
 	for _, x := range d.ext {

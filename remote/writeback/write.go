@@ -60,6 +60,7 @@ func (w *Files) Write(ctx context.Context, tok layer.Token, f File, uid uint32, 
 	}
 	added, replaced := sf.d.write(off, data)
 	sf.d.mtime = time.Now()
+	sf.d.ctime, sf.d.mtimeSet = sf.d.mtime, false
 	sf.setFile(f)
 	sf.uid = uid
 	sf.mu.Unlock()

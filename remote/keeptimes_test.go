@@ -1,0 +1,126 @@
+package remote
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
+)
+
+// reqs is the count of requests a has sent.
+func reqs(a *node) uint64 {
+	var n uint64
+	for i := range a.fs.ctr.Reqs {
+		n += a.fs.ctr.Reqs[i].Load()
+	}
+	return n
+}
+
+// The owner's utimes of a file with delayed writes waits with them: no
+// request, stat shows the times set, and the write-back sends them after
+// the data (go build touches its up-to-date output, which it had just
+// written: sending the utimes wrote the output back first). A write after
+// it moves mtime as a write does; another user's utimes, which the server
+// alone may allow, still goes to the server and is refused.
+func TestOwnerTimesKept(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "data")
+	h.Release(bg)
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "stat") // as the kernel has the attributes
+
+	atime := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
+	before := reqs(a)
+	var out layer.Attr
+	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: atime, Mtime: mtime}, &out), "utimes")
+	if n := reqs(a) - before; n != 0 {
+		t.Fatalf("the owner's utimes of a file with delayed writes sent %d requests, want none", n)
+	}
+	if !out.Atime.Equal(atime) || !out.Mtime.Equal(mtime) || out.Size != 4 {
+		t.Fatalf("utimes answered atime %v mtime %v size %d, want %v %v 4", out.Atime, out.Mtime, out.Size, atime, mtime)
+	}
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	if !at.Atime.Equal(atime) || !at.Mtime.Equal(mtime) || !at.Ctime.After(mtime) {
+		t.Fatalf("stat: atime %v mtime %v ctime %v, want %v %v and a ctime of now", at.Atime, at.Mtime, at.Ctime, atime, mtime)
+	}
+	if got := x.onServer(t, "f"); got != "" {
+		t.Fatalf("the server has %q before any write-back", got)
+	}
+
+	// Another user may not set them: the server says so.
+	nobody := as(65534, 65534, 0o022)
+	if e := f.Setattr(nobody, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: time.Now()}, &out); e != syscall.EPERM {
+		t.Fatalf("another user's utimes: %v, want EPERM", e)
+	}
+
+	h = open(t, f, unix.O_RDONLY)
+	must(t, h.Fsync(bg, false), "fsync")
+	h.Release(bg)
+	st, err := os.Stat(filepath.Join(x.dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sys unix.Stat_t
+	if err := unix.Stat(filepath.Join(x.dir, "f"), &sys); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.onServer(t, "f"); got != "data" || !st.ModTime().Equal(mtime) || !time.Unix(sys.Atim.Unix()).Equal(atime) {
+		t.Fatalf("after the write-back the server has %q, mtime %v, atime %v; want %q %v %v", got, st.ModTime(), time.Unix(sys.Atim.Unix()), "data", mtime, atime)
+	}
+
+	// Kept, then a write: mtime is the write's.
+	h = open(t, f, unix.O_WRONLY)
+	write(t, h, 0, "D")
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	before = reqs(a)
+	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: mtime}, &out), "utimes")
+	if n := reqs(a) - before; n != 0 {
+		t.Fatalf("the second utimes sent %d requests, want none", n)
+	}
+	write(t, h, 1, "ATA")
+	must(t, h.Fsync(bg, false), "fsync")
+	h.Release(bg)
+	if st, err := os.Stat(filepath.Join(x.dir, "f")); err != nil || !st.ModTime().After(mtime.Add(time.Hour)) {
+		t.Fatalf("a write after a kept utimes: the server's mtime %v, want the write's", st.ModTime())
+	}
+}
+
+// Kept times survive a server restart with the data they wait for: the
+// reclaim keeps both, and another client's open, recalling them, finds
+// both on the server.
+func TestKeptTimesAfterRestart(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, "before the crash")
+	h.Release(bg)
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
+	before := reqs(a)
+	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: mtime}, &at), "utimes")
+	if n := reqs(a) - before; n != 0 {
+		t.Fatalf("utimes sent %d requests, want none", n)
+	}
+	x.restart(t, time.Minute)
+	b := spriteClient(t, x, "b", Options{})
+	fb := lookup(t, b, "f")
+	hb := open(t, fb, unix.O_RDONLY) // recalls a's reclaimed data
+	defer hb.Release(bg)
+	if got := readAll(t, hb); got != "before the crash" {
+		t.Fatalf("b read %q", got)
+	}
+	must(t, fb.Getattr(bg, hb, &at), "stat on b")
+	if !at.Mtime.Equal(mtime) {
+		t.Fatalf("b sees mtime %v, want the one a set, %v", at.Mtime, mtime)
+	}
+}
