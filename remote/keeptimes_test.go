@@ -124,3 +124,25 @@ func TestKeptTimesAfterRestart(t *testing.T) {
 		t.Fatalf("b sees mtime %v, want the one a set, %v", at.Mtime, mtime)
 	}
 }
+
+// A file another client follows (it stat'd the file while this one held
+// delayed writes of it) does not keep the owner's times: that client's
+// stat right after the utimes shows them, as the server's.
+func TestFollowedTimesSent(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	b := spriteClient(t, x, "b", Options{})
+	fa, ha := create(t, a, "f")
+	write(t, ha, 0, "hello")
+	must(t, ha.Release(bg), "release")
+	var at layer.Attr
+	must(t, fa.Getattr(bg, nil, &at), "stat on a")
+	fb := lookup(t, b, "f")
+	must(t, fb.Getattr(bg, nil, &at), "stat on b") // follows
+	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
+	must(t, fa.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: mtime}, &at), "utimes")
+	must(t, fb.Getattr(bg, nil, &at), "stat on b")
+	if !at.Mtime.Equal(mtime) || at.Size != 5 {
+		t.Fatalf("b's stat after a's utimes: mtime %v size %d, want %v 5", at.Mtime, at.Size, mtime)
+	}
+}

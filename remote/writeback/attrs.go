@@ -86,7 +86,9 @@ func (w *Files) KeepTimes(tok layer.Token, who uint32, in *layer.SetAttr, now ti
 		return false
 	}
 	sf := w.sfileOf(tok, false)
-	if sf == nil || !sf.hasDirty.Load() {
+	if sf == nil || !sf.hasDirty.Load() || sf.followed.Load() {
+		// (Another client follows the file: its stat must show the
+		// times once the setting returns, as the server's.)
 		return false
 	}
 	sf.mu.Lock()
