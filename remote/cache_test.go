@@ -421,3 +421,30 @@ func TestReadMovesCachedAtime(t *testing.T) {
 		t.Fatalf("the server's atime %v did not move from %v", server, old)
 	}
 }
+
+// A read through a handle opened with O_NOATIME moves no atime on the
+// server (crypt's reads of a block it rewrites): stat shows the old one,
+// not a time the client made up.
+func TestNoatimeReadKeepsAtime(t *testing.T) {
+	x := newExported(t, export.Options{})
+	p := filepath.Join(x.dir, "f")
+	os.WriteFile(p, []byte("data"), 0o644)
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	os.Chtimes(p, old, old)
+	a := mountWith(t, x.dial, Options{})
+	caching(t, a)
+	var at layer.Attr
+	f := lookup(t, a, "f")
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	h, e := f.Open(bg, unix.O_RDONLY|unix.O_NOATIME)
+	must(t, e, "open")
+	buf := make([]byte, 16)
+	if k, e := h.Read(bg, buf, 0); e != 0 || string(buf[:k]) != "data" {
+		t.Fatalf("read: %q %v", buf[:k], e)
+	}
+	h.Release(bg)
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	if !at.Atime.Equal(old) {
+		t.Fatalf("atime %v after an O_NOATIME read, want %v", at.Atime, old)
+	}
+}

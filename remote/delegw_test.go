@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,5 +78,25 @@ func TestDelegatedHandleStat(t *testing.T) {
 	}
 	if got := readAll(t, h); got != "hello" {
 		t.Fatalf("read %q after the stat", got)
+	}
+}
+
+// The creator of a file reads it back without asking the server (a
+// build's output, read for its build ID): the server made the file as
+// the creator, whose access is the mode's owner bits. Another user's
+// open still asks, and the server refuses it.
+func TestCreatorReadsBack(t *testing.T) {
+	x := newSpriteServer(t, export.Options{Delegate: true})
+	a := spriteClient(t, x, "a", Options{})
+	var at layer.Attr
+	f, h, e := a.Create(bg, "f", unix.O_WRONLY|unix.O_TRUNC, 0o600, &at)
+	must(t, e, "create")
+	write(t, h, 0, "one")
+	h.Release(bg)
+	if n := readsBack(t, a, f, 2, "one"); n != 0 {
+		t.Fatalf("%d Tlopens for 2 opens for reading by the file's creator, want none", n)
+	}
+	if _, e := f.Open(as(65534, 65534, 0o022), unix.O_RDONLY); e != syscall.EACCES {
+		t.Fatalf("another user's open for reading of a mode 0600 file: %v, want EACCES", e)
 	}
 }

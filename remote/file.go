@@ -119,7 +119,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (int, layer.E
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	k, ok, e := h.fs.wb.Read(h.n.tok, dest, off, func(dest []byte, off int64) (int, layer.Errno) {
+	k, ok, e := h.fs.wb.Read(h.n.tok, dest, off, h.flags&unix.O_NOATIME != 0, func(dest []byte, off int64) (int, layer.Errno) {
 		return h.readClean(ctx, dest, off)
 	})
 	if !ok {
@@ -160,7 +160,16 @@ func (h *handle) readClean(ctx context.Context, dest []byte, off int64) (int, la
 		return 0, e
 	}
 	if touch {
-		defer func() { fs.cc.AtimeMoved(path, time.Now()) }() // the server's read moved it
+		// The server's read moved the atime; or, opened with
+		// O_NOATIME (which the server may have refused: openFid),
+		// may have.
+		defer func() {
+			var at time.Time
+			if h.flags&unix.O_NOATIME == 0 {
+				at = time.Now()
+			}
+			fs.cc.AtimeMoved(path, at)
+		}()
 	}
 	if !fs.cc.On.Load() || uncached {
 		k, err := c.ReadAt(fid, iounit, dest, off)

@@ -121,7 +121,14 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	// The node must be the file the handle has open: not what the name
 	// is by the time it is walked, if another client replaced it.
-	ch, e := n.child(c, dfid, id.who, name, &q, out, n.fs.cc.Snap())
+	since := n.fs.cc.Snap()
+	ch, e := n.child(c, dfid, id.who, name, &q, out, since)
+	if e == 0 && out.Uid == id.uid && out.Mode&0o400 != 0 {
+		// The server made the file as the caller (it owns it), whose
+		// access is the mode's owner bits, ACL or not: its first open
+		// for reading need not ask (cache.Grant).
+		n.fs.cc.Grant(since, ch.tok.Ino, id.uid, false)
+	}
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with
 		// no path to walk.

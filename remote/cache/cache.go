@@ -224,11 +224,14 @@ func (c *Cache) DropAttrs(path uint64) {
 // attributes instead cost a walk and a Tgetattr per file read: a build's
 // sources, looked up again at its next listing (READDIRPLUS). The server's
 // own value differs from ours by the clocks' skew and the reply's way.
+// A zero at says the atime may have moved, or not: the attributes go.
 func (c *Cache) AtimeMoved(path uint64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
-	if e := c.ents[path]; e != nil && e.hasAttr {
+	if e := c.ents[path]; e != nil && at.IsZero() {
+		e.hasAttr = false
+	} else if e != nil && e.hasAttr {
 		a := &e.attr
 		for _, t := range []time.Time{a.Mtime, a.Ctime} {
 			if !at.After(t) {

@@ -117,3 +117,15 @@ func (d *dirty) overlay(dest []byte, off int64) {
 		}
 	}
 }
+
+// accessed moves a kept atime to now at a read (not with O_NOATIME),
+// as relatime would: if it is not after mtime or ctime, or a day old.
+func (d *dirty) accessed(noatime bool) {
+	if noatime || d.atime.IsZero() {
+		return
+	}
+	now := time.Now()
+	if !d.atime.After(d.mtime) || !d.atime.After(d.ctime) || now.Sub(d.atime) > 24*time.Hour {
+		d.atime = now
+	}
+}

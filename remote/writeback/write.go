@@ -88,8 +88,9 @@ func (w *Files) openWriteBack(ctx context.Context, f File, uid uint32) *wbFid {
 
 // Read reads what path holds for this client: dirty data over what the
 // server has, which readClean reads. ok is false if the file has no
-// dirty data.
-func (w *Files) Read(tok layer.Token, dest []byte, off int64, readClean func(dest []byte, off int64) (int, layer.Errno)) (int, bool, layer.Errno) {
+// dirty data. A read through a handle without O_NOATIME (noatime false)
+// moves a kept atime as relatime would.
+func (w *Files) Read(tok layer.Token, dest []byte, off int64, noatime bool, readClean func(dest []byte, off int64) (int, layer.Errno)) (int, bool, layer.Errno) {
 	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
 		return 0, false, 0
@@ -108,6 +109,7 @@ func (w *Files) Read(tok layer.Token, dest []byte, off int64, readClean func(des
 		n := int(min(int64(len(dest)), d.size-off))
 		if d.covers(off, int64(n)) {
 			d.overlay(dest[:n], off)
+			d.accessed(noatime)
 			sf.mu.Unlock()
 			return n, true, 0
 		}
@@ -124,6 +126,7 @@ func (w *Files) Read(tok layer.Token, dest []byte, off int64, readClean func(des
 		}
 		clear(dest[k:n]) // a hole, or past the server's end
 		sf.d.overlay(dest[:n], off)
+		sf.d.accessed(noatime)
 		sf.mu.Unlock()
 		return n, true, 0
 	}
