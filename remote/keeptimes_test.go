@@ -79,6 +79,9 @@ func TestOwnerTimesKept(t *testing.T) {
 	if got := x.onServer(t, "f"); got != "" {
 		t.Fatalf("the server has %q before any write-back", got)
 	}
+	if n := a.fs.Stats().Sprite.TimesKept; n != 1 {
+		t.Fatalf("times_kept %d, want 1", n)
+	}
 
 	// Another user may not set them: the server says so.
 	nobody := as(65534, 65534, 0o022)

@@ -69,6 +69,10 @@ type SpriteStats struct {
 	Delegations    uint64 `json:"delegations"`
 	OpensDelegated uint64 `json:"opens_delegated"`
 	Returns        uint64 `json:"delegations_returned"`
+	// TimesKept are the owner's settings of times kept with delayed
+	// writes: each saved a Tsetattr and a Tgetattr, and a write-back
+	// before them.
+	TimesKept uint64 `json:"times_kept"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
 	Size []writeback.SizeSample `json:"size"`
@@ -151,7 +155,8 @@ func (fs *FS) spriteStats() *SpriteStats {
 		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
 		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
 		Delegations: w.Delegations.Load(), OpensDelegated: w.OpensDelegated.Load(), Returns: w.Returns.Load(),
-		Size: fs.wb.Sizes()}
+		TimesKept: w.TimesKept.Load(),
+		Size:      fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {
 		s.WriteDelay = fs.wb.Delay.String()
 	}
