@@ -35,6 +35,7 @@ type counters struct {
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
 	staleOpens            atomic.Uint64 // opens of a node no name names now (revalidate.go)
 	dirOpensUnsent        atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
+	lookupsAhead          atomic.Uint64 // lookups made ahead of the kernel's READDIRPLUS (ahead.go)
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -99,6 +100,10 @@ type Stats struct {
 	// for a Treaddir and that closed without one: each saved a walk, a
 	// Tlopen and a clunk.
 	DirOpensUnsent uint64 `json:"dir_opens_unsent"`
+	// LookupsAhead are lookups made ahead of the kernel's READDIRPLUS,
+	// several at once (ahead.go): each a walk, a Tgetattr and a clunk,
+	// whose round trips overlap.
+	LookupsAhead uint64 `json:"lookups_ahead"`
 	// Sprite is there with a server that follows Sprite's rules.
 	Sprite *SpriteStats `json:"sprite,omitempty"`
 }
@@ -140,6 +145,7 @@ func (fs *FS) Stats() Stats {
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
 	s.DirOpensUnsent = fs.ctr.dirOpensUnsent.Load()
+	s.LookupsAhead = fs.ctr.lookupsAhead.Load()
 	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()
 	}
