@@ -80,6 +80,7 @@ func (a *ahead) fillLocked() {
 		}
 		done := make(chan struct{})
 		a.flying[name] = done
+		a.n.fs.ctr.lookupsAhead.Add(1)
 		go a.lookup(name, a.who, done)
 	}
 }
@@ -107,7 +108,6 @@ func (a *ahead) lookup(name string, who uint32, done chan struct{}) {
 	if fid, _, e := a.n.lookupOn(c, dfid, who, name, nil, &out, since); e == 0 {
 		c.Clunk(fid)
 	}
-	fs.ctr.lookupsAhead.Add(1)
 }
 
 // lookAhead is told of a lookup of name that missed the cache, as who: if
