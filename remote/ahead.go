@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // Lookups ahead of the kernel's READDIRPLUS. The kernel looks up every
@@ -86,28 +87,38 @@ func (a *ahead) fillLocked() {
 }
 
 func (a *ahead) lookup(name string, who uint32, done chan struct{}) {
-	defer func() {
-		a.mu.Lock()
-		delete(a.flying, name)
-		close(done)
-		a.fillLocked()
-		a.mu.Unlock()
-	}()
+	fid, c := a.fetch(name, who)
+	// The kernel's lookup waits for the cache, not for the clunk.
+	a.mu.Lock()
+	delete(a.flying, name)
+	close(done)
+	a.fillLocked()
+	a.mu.Unlock()
+	if c != nil {
+		c.Clunk(fid)
+	}
+}
+
+// fetch looks name up on the server as who, into the cache, and returns
+// the fid it walked and its connection (nil if it failed).
+func (a *ahead) fetch(name string, who uint32) (uint32, *session.Conn) {
 	fs := a.n.fs
 	since := fs.cc.Snap()
 	c, e := fs.ss.Conn(context.Background())
 	if e != 0 {
-		return
+		return 0, nil
 	}
 	dfid, dirDone, e := a.n.fidOn(c, who)
 	defer dirDone()
 	if e != 0 {
-		return
+		return 0, nil
 	}
 	var out layer.Attr
-	if fid, _, e := a.n.lookupOn(c, dfid, who, name, nil, &out, since); e == 0 {
-		c.Clunk(fid)
+	fid, _, e := a.n.lookupOn(c, dfid, who, name, nil, &out, since)
+	if e != 0 {
+		return 0, nil
 	}
+	return fid, c
 }
 
 // lookAhead is told of a lookup of name that missed the cache, as who: if
