@@ -373,6 +373,20 @@ func TestLazyOpenRemoved(t *testing.T) {
 	}
 }
 
+// oldAtimeFile is file f (p on the server) holding "data", its atime and
+// mtime old (an hour ago, whole seconds), looked up on a caching client a.
+func oldAtimeFile(t *testing.T) (p string, old time.Time, a *node, f layer.Node) {
+	t.Helper()
+	x := newExported(t, export.Options{})
+	p = filepath.Join(x.dir, "f")
+	os.WriteFile(p, []byte("data"), 0o644)
+	old = time.Now().Add(-time.Hour).Truncate(time.Second)
+	os.Chtimes(p, old, old)
+	a = mountWith(t, x.dial, Options{})
+	caching(t, a)
+	return p, old, a, lookup(t, a, "f")
+}
+
 // A read that moves a file's atime on the server (relatime: atime not
 // after mtime) moves the cached one too, rather than dropping the
 // attributes: the next lookup of the file is answered from the cache,
@@ -380,15 +394,8 @@ func TestLazyOpenRemoved(t *testing.T) {
 // here). Before, every source file a build read was walked to and
 // stat'd again at the directory's next READDIRPLUS.
 func TestReadMovesCachedAtime(t *testing.T) {
-	x := newExported(t, export.Options{})
-	p := filepath.Join(x.dir, "f")
-	os.WriteFile(p, []byte("data"), 0o644)
-	old := time.Now().Add(-time.Hour)
-	os.Chtimes(p, old, old)
-	a := mountWith(t, x.dial, Options{})
-	caching(t, a)
+	p, old, a, f := oldAtimeFile(t)
 	var at layer.Attr
-	f := lookup(t, a, "f")
 	must(t, f.Getattr(bg, nil, &at), "stat")
 	if at.Atime.After(at.Mtime) {
 		t.Fatalf("atime %v after mtime %v before the read", at.Atime, at.Mtime)
@@ -426,15 +433,8 @@ func TestReadMovesCachedAtime(t *testing.T) {
 // server (crypt's reads of a block it rewrites): stat shows the old one,
 // not a time the client made up.
 func TestNoatimeReadKeepsAtime(t *testing.T) {
-	x := newExported(t, export.Options{})
-	p := filepath.Join(x.dir, "f")
-	os.WriteFile(p, []byte("data"), 0o644)
-	old := time.Now().Add(-time.Hour).Truncate(time.Second)
-	os.Chtimes(p, old, old)
-	a := mountWith(t, x.dial, Options{})
-	caching(t, a)
+	_, old, _, f := oldAtimeFile(t)
 	var at layer.Attr
-	f := lookup(t, a, "f")
 	must(t, f.Getattr(bg, nil, &at), "stat")
 	h, e := f.Open(bg, unix.O_RDONLY|unix.O_NOATIME)
 	must(t, e, "open")

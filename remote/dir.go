@@ -28,6 +28,7 @@ type dir struct {
 	// timesMoved: it did, at movedAt, and the cached atime is not moved yet.
 	timesMoved bool
 	movedAt    time.Time
+	ahead      *ahead // the names read, for lookups ahead (ahead.go)
 }
 
 func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
@@ -59,6 +60,13 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 			d.buf = append(d.buf, layer.DirEntry{Name: name, Ino: q.Path, Type: uint32(typ) << 12, Off: off})
 		}
 		d.eof = len(d.buf) == 0
+		if !d.eof && d.h.fs.cc.On.Load() {
+			if d.ahead == nil {
+				d.ahead = &ahead{n: d.h.n}
+				d.h.n.listing.Store(d.ahead)
+			}
+			d.ahead.listed(d.buf)
+		}
 		if d.keep {
 			d.all = append(d.all, d.buf...)
 			if d.eof {
@@ -77,10 +85,22 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 	e := d.buf[0]
 	d.buf = d.buf[1:]
 	d.off = e.Off
+	if d.ahead != nil {
+		d.ahead.returned(e.Name)
+	}
 	return e, true, 0
 }
 
+// endAhead stops the lookups ahead of the stream's names.
+func (d *dir) endAhead() {
+	if d.ahead != nil {
+		d.ahead.end()
+		d.ahead = nil
+	}
+}
+
 func (d *dir) Seek(ctx context.Context, off uint64) layer.Errno {
+	d.endAhead()
 	d.off, d.buf, d.eof = off, nil, false
 	d.keep, d.all = false, nil
 	d.moveAtime()
@@ -168,5 +188,6 @@ func (d *dir) Close() {
 		d.h.fs.ctr.dirOpensUnsent.Add(1) // opened lazily, and never read (OpenDir)
 	}
 	d.moveAtime()
+	d.endAhead()
 	d.h.Release(context.Background())
 }

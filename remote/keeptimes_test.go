@@ -22,6 +22,41 @@ func reqs(a *node) uint64 {
 	return n
 }
 
+// delayedFile is client a of a new server, and f, which a wrote data to
+// and holds delayed, its attributes cached (as the kernel's stat leaves
+// them).
+func delayedFile(t *testing.T, data string) (x *spriteServer, a *node, f layer.Node) {
+	t.Helper()
+	x = newSpriteServer(t, export.Options{})
+	a = spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	write(t, h, 0, data)
+	h.Release(bg)
+	var at layer.Attr
+	must(t, f.Getattr(bg, nil, &at), "stat")
+	return x, a, f
+}
+
+// keptUtimes sets f's times (zero: left alone) as its owner, and fails
+// the test if that sent a request.
+func keptUtimes(t *testing.T, a *node, f layer.Node, atime, mtime time.Time) layer.Attr {
+	t.Helper()
+	in := layer.SetAttr{Atime: atime, Mtime: mtime}
+	if !atime.IsZero() {
+		in.Valid |= layer.SetAtime
+	}
+	if !mtime.IsZero() {
+		in.Valid |= layer.SetMtime
+	}
+	before := reqs(a)
+	var out layer.Attr
+	must(t, f.Setattr(bg, nil, &in, &out), "utimes")
+	if n := reqs(a) - before; n != 0 {
+		t.Fatalf("the owner's utimes of a file with delayed writes sent %d requests, want none", n)
+	}
+	return out
+}
+
 // The owner's utimes of a file with delayed writes waits with them: no
 // request, stat shows the times set, and the write-back sends them after
 // the data (go build touches its up-to-date output, which it had just
@@ -29,22 +64,11 @@ func reqs(a *node) uint64 {
 // it moves mtime as a write does; another user's utimes, which the server
 // alone may allow, still goes to the server and is refused.
 func TestOwnerTimesKept(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	write(t, h, 0, "data")
-	h.Release(bg)
-	var at layer.Attr
-	must(t, f.Getattr(bg, nil, &at), "stat") // as the kernel has the attributes
-
+	x, a, f := delayedFile(t, "data")
 	atime := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
 	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
-	before := reqs(a)
-	var out layer.Attr
-	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: atime, Mtime: mtime}, &out), "utimes")
-	if n := reqs(a) - before; n != 0 {
-		t.Fatalf("the owner's utimes of a file with delayed writes sent %d requests, want none", n)
-	}
+	out := keptUtimes(t, a, f, atime, mtime)
+	var at layer.Attr
 	if !out.Atime.Equal(atime) || !out.Mtime.Equal(mtime) || out.Size != 4 {
 		t.Fatalf("utimes answered atime %v mtime %v size %d, want %v %v 4", out.Atime, out.Mtime, out.Size, atime, mtime)
 	}
@@ -55,6 +79,9 @@ func TestOwnerTimesKept(t *testing.T) {
 	if got := x.onServer(t, "f"); got != "" {
 		t.Fatalf("the server has %q before any write-back", got)
 	}
+	if n := a.fs.Stats().Sprite.TimesKept; n != 1 {
+		t.Fatalf("times_kept %d, want 1", n)
+	}
 
 	// Another user may not set them: the server says so.
 	nobody := as(65534, 65534, 0o022)
@@ -62,7 +89,7 @@ func TestOwnerTimesKept(t *testing.T) {
 		t.Fatalf("another user's utimes: %v, want EPERM", e)
 	}
 
-	h = open(t, f, unix.O_RDONLY)
+	h := open(t, f, unix.O_RDONLY)
 	must(t, h.Fsync(bg, false), "fsync")
 	h.Release(bg)
 	st, err := os.Stat(filepath.Join(x.dir, "f"))
@@ -81,47 +108,12 @@ func TestOwnerTimesKept(t *testing.T) {
 	h = open(t, f, unix.O_WRONLY)
 	write(t, h, 0, "D")
 	must(t, f.Getattr(bg, nil, &at), "stat")
-	before = reqs(a)
-	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: mtime}, &out), "utimes")
-	if n := reqs(a) - before; n != 0 {
-		t.Fatalf("the second utimes sent %d requests, want none", n)
-	}
+	keptUtimes(t, a, f, time.Time{}, mtime)
 	write(t, h, 1, "ATA")
 	must(t, h.Fsync(bg, false), "fsync")
 	h.Release(bg)
 	if st, err := os.Stat(filepath.Join(x.dir, "f")); err != nil || !st.ModTime().After(mtime.Add(time.Hour)) {
 		t.Fatalf("a write after a kept utimes: the server's mtime %v, want the write's", st.ModTime())
-	}
-}
-
-// Kept times survive a server restart with the data they wait for: the
-// reclaim keeps both, and another client's open, recalling them, finds
-// both on the server.
-func TestKeptTimesAfterRestart(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	write(t, h, 0, "before the crash")
-	h.Release(bg)
-	var at layer.Attr
-	must(t, f.Getattr(bg, nil, &at), "stat")
-	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
-	before := reqs(a)
-	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetMtime, Mtime: mtime}, &at), "utimes")
-	if n := reqs(a) - before; n != 0 {
-		t.Fatalf("utimes sent %d requests, want none", n)
-	}
-	x.restart(t, time.Minute)
-	b := spriteClient(t, x, "b", Options{})
-	fb := lookup(t, b, "f")
-	hb := open(t, fb, unix.O_RDONLY) // recalls a's reclaimed data
-	defer hb.Release(bg)
-	if got := readAll(t, hb); got != "before the crash" {
-		t.Fatalf("b read %q", got)
-	}
-	must(t, fb.Getattr(bg, hb, &at), "stat on b")
-	if !at.Mtime.Equal(mtime) {
-		t.Fatalf("b sees mtime %v, want the one a set, %v", at.Mtime, mtime)
 	}
 }
 
@@ -157,17 +149,11 @@ func TestFollowedTimesSent(t *testing.T) {
 // A kept atime not after mtime moves at a read of the delayed data, as
 // relatime moves the server's; not at a read through O_NOATIME.
 func TestKeptAtimeMovesAtRead(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	f, h := create(t, a, "f")
-	write(t, h, 0, "data")
-	h.Release(bg)
-	var at layer.Attr
-	must(t, f.Getattr(bg, nil, &at), "stat")
+	x, a, f := delayedFile(t, "data")
 	atime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	mtime := time.Date(2002, 3, 4, 5, 6, 7, 0, time.UTC)
-	must(t, f.Setattr(bg, nil, &layer.SetAttr{Valid: layer.SetAtime | layer.SetMtime, Atime: atime, Mtime: mtime}, &at), "utimes")
-	h = open(t, f, unix.O_RDONLY|unix.O_NOATIME)
+	keptUtimes(t, a, f, atime, time.Date(2002, 3, 4, 5, 6, 7, 0, time.UTC))
+	var at layer.Attr
+	h := open(t, f, unix.O_RDONLY|unix.O_NOATIME)
 	readAll(t, h)
 	h.Release(bg)
 	must(t, f.Getattr(bg, nil, &at), "stat")

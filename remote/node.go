@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/shalefs/shale/layer"
@@ -28,6 +29,10 @@ type node struct {
 	parent   *node
 	name     string
 	children map[string][]*node // nodes given out for each name, not yet forgotten
+
+	// listing is the names a stream listing the directory from the
+	// server read, to look up ahead of the kernel (ahead.go).
+	listing atomic.Pointer[ahead]
 
 	mu   sync.Mutex
 	fids map[uint32]*session.Fid // by credentials (session.Who)
@@ -470,27 +475,10 @@ func (n *node) useDir(ctx context.Context, name string) (*session.Conn, uint32, 
 // another file's, child fails with ESTALE. What it learns is cached if
 // nothing changed it since snapshot since.
 func (n *node) child(c *session.Conn, dfid, who uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (*node, layer.Errno) {
-	uid := session.UID(who)
-	fid, q, err := c.Walk(dfid, []string{name})
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) && want == nil {
-			n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
-		}
-		return nil, session.Errno(err)
+	fid, tok, e := n.lookupOn(c, dfid, who, name, want, out, since)
+	if e != 0 {
+		return nil, e
 	}
-	if want != nil && q.Path != want.Path {
-		c.Clunk(fid)
-		return nil, syscall.ESTALE
-	}
-	// What this client knows better than the server goes in out: a hard
-	// link's reply names a file the kernel has, whose size it would take.
-	ra, err := n.fs.attrOf(c, fid, q.Path, out)
-	if err != nil {
-		c.Clunk(fid)
-		return nil, session.Errno(err)
-	}
-	tok := session.Token(&ra)
-	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
 	ch := n.fs.newNode(tok)
 	f := ch.ownFid(c, who, fid)
 	ch.fids[who] = f
@@ -499,25 +487,67 @@ func (n *node) child(c *session.Conn, dfid, who uint32, name string, want *p9wir
 	return ch, 0
 }
 
+// lookupOn walks to name in the directory dfid as who and asks its
+// attributes into out, caching both if nothing changed them since
+// snapshot since (a name that is not there too), and returns the fid it
+// walked, the caller's to keep or clunk. With want, the file must be
+// that one (else ESTALE).
+func (n *node) lookupOn(c *session.Conn, dfid, who uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (uint32, layer.Token, layer.Errno) {
+	uid := session.UID(who)
+	fid, q, err := c.Walk(dfid, []string{name})
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && want == nil {
+			n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
+		}
+		return 0, layer.Token{}, session.Errno(err)
+	}
+	if want != nil && q.Path != want.Path {
+		c.Clunk(fid)
+		return 0, layer.Token{}, syscall.ESTALE
+	}
+	// What this client knows better than the server goes in out: a hard
+	// link's reply names a file the kernel has, whose size it would take.
+	ra, err := n.fs.attrOf(c, fid, q.Path, out)
+	if err != nil {
+		c.Clunk(fid)
+		return 0, layer.Token{}, session.Errno(err)
+	}
+	tok := session.Token(&ra)
+	n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, tok.Ino, tok.Gen, &ra.Attr)
+	return fid, tok, 0
+}
+
 func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
 	if e := validName(name); e != 0 {
 		return nil, e
 	}
 	id := identOf(ctx)
 	cc := n.fs.cc
-	if path, gen, a, found, ok := cc.Lookup(n.tok.Ino, name, id.uid); ok {
-		n.fs.hit(kindStat)
-		if !found {
-			return nil, syscall.ENOENT
-		}
-		// No fid yet: one is walked by path when a request must go to
-		// the server.
-		ch := n.fs.newNode(layer.Token{Ino: path, Gen: gen})
-		n.adopt(name, ch)
-		*out = a
-		ch.spriteAttr(ctx, out)
-		return ch, 0
+	path, gen, a, found, ok := cc.Lookup(n.tok.Ino, name, id.uid)
+	if !ok && n.awaitAhead(name) {
+		// Looked up ahead of the kernel (ahead.go): the cache has it,
+		// unless that failed.
+		path, gen, a, found, ok = cc.Lookup(n.tok.Ino, name, id.uid)
 	}
+	if !ok {
+		return n.lookupMiss(ctx, name, out)
+	}
+	n.fs.hit(kindStat)
+	if !found {
+		return nil, syscall.ENOENT
+	}
+	// No fid yet: one is walked by path when a request must go to the
+	// server.
+	ch := n.fs.newNode(layer.Token{Ino: path, Gen: gen})
+	n.adopt(name, ch)
+	*out = a
+	ch.spriteAttr(ctx, out)
+	return ch, 0
+}
+
+// lookupMiss asks the server for name, which the cache does not answer.
+func (n *node) lookupMiss(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
+	cc := n.fs.cc
 	n.fs.miss(kindStat)
 	since := cc.Snap()
 	c, dfid, id, done, e := n.useDir(ctx, name)
@@ -525,6 +555,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	if e != 0 {
 		return nil, e
 	}
+	n.lookAhead(name, id.who)
 	ch, e := n.child(c, dfid, id.who, name, nil, out, since)
 	if e != 0 {
 		return nil, e

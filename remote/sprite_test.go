@@ -361,13 +361,12 @@ func TestWriteBackAge(t *testing.T) {
 }
 
 // A restarted server learns a client's dirty files from its reclaim;
-// within the grace, another client's open waits for it and reads them.
+// within the grace, another client's open waits for it and reads them,
+// with the times the owner set meanwhile (kept with the data).
 func TestReclaimAfterRestart(t *testing.T) {
-	x := newSpriteServer(t, export.Options{})
-	a := spriteClient(t, x, "a", Options{})
-	_, h := create(t, a, "f")
-	write(t, h, 0, "before the crash")
-	h.Release(bg)
+	x, a, f := delayedFile(t, "before the crash")
+	mtime := time.Date(2002, 3, 4, 5, 6, 7, 8000, time.UTC)
+	keptUtimes(t, a, f, time.Time{}, mtime)
 	x.restart(t, time.Minute)
 	b := spriteClient(t, x, "b", Options{})
 	fb := lookup(t, b, "f")
@@ -375,6 +374,11 @@ func TestReclaimAfterRestart(t *testing.T) {
 	defer hb.Release(bg)
 	if got := readAll(t, hb); got != "before the crash" {
 		t.Fatalf("b read %q", got)
+	}
+	var at layer.Attr
+	must(t, fb.Getattr(bg, hb, &at), "stat on b")
+	if !at.Mtime.Equal(mtime) {
+		t.Fatalf("b sees mtime %v, want the one a set, %v", at.Mtime, mtime)
 	}
 }
 

@@ -35,6 +35,7 @@ type counters struct {
 	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
 	staleOpens            atomic.Uint64 // opens of a node no name names now (revalidate.go)
 	dirOpensUnsent        atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
+	lookupsAhead          atomic.Uint64 // lookups made ahead of the kernel's READDIRPLUS (ahead.go)
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -69,6 +70,10 @@ type SpriteStats struct {
 	Delegations    uint64 `json:"delegations"`
 	OpensDelegated uint64 `json:"opens_delegated"`
 	Returns        uint64 `json:"delegations_returned"`
+	// TimesKept are the owner's settings of times kept with delayed
+	// writes: each saved a Tsetattr and a Tgetattr, and a write-back
+	// before them.
+	TimesKept uint64 `json:"times_kept"`
 	// Size is the cache's size over time: a sample a minute, the last
 	// hour (Sprite's Table 2 followed it over days).
 	Size []writeback.SizeSample `json:"size"`
@@ -95,6 +100,10 @@ type Stats struct {
 	// for a Treaddir and that closed without one: each saved a walk, a
 	// Tlopen and a clunk.
 	DirOpensUnsent uint64 `json:"dir_opens_unsent"`
+	// LookupsAhead are lookups made ahead of the kernel's READDIRPLUS,
+	// several at once (ahead.go): each a walk, a Tgetattr and a clunk,
+	// whose round trips overlap.
+	LookupsAhead uint64 `json:"lookups_ahead"`
 	// Sprite is there with a server that follows Sprite's rules.
 	Sprite *SpriteStats `json:"sprite,omitempty"`
 }
@@ -136,6 +145,7 @@ func (fs *FS) Stats() Stats {
 	s.Journal = fs.jr.id()
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
 	s.DirOpensUnsent = fs.ctr.dirOpensUnsent.Load()
+	s.LookupsAhead = fs.ctr.lookupsAhead.Load()
 	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()
 	}
@@ -151,7 +161,8 @@ func (fs *FS) spriteStats() *SpriteStats {
 		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
 		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
 		Delegations: w.Delegations.Load(), OpensDelegated: w.OpensDelegated.Load(), Returns: w.Returns.Load(),
-		Size: fs.wb.Sizes()}
+		TimesKept: w.TimesKept.Load(),
+		Size:      fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {
 		s.WriteDelay = fs.wb.Delay.String()
 	}

@@ -5,6 +5,12 @@
 # requests of the second build.
 #
 #   bench/net/hotreq.sh [SERVE FLAGS...]      e.g. --delegate
+#
+# HOTREQ_SEED=std seeds GOCACHE with the standard library only and drops
+# the kernel's caches before the first build, as bench/net/cache.sh does:
+# the first build then compiles the module, reading its sources through
+# the mount. HOTREQ_TRACE=FILE writes the second build's requests there,
+# one a line (the mount's debug log).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOFLAGS=-buildvcs=false GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOWORK=off
@@ -17,15 +23,30 @@ cleanup() { umount "$w/mnt" 2>/dev/null || true; kill "$spid" 2>/dev/null || tru
 mkdir -p "$w/lower" "$w/mnt"
 cp -a "$src" "$w/lower/build" && chmod -R u+w "$w/lower/build"
 export GOCACHE=$w/gocache
-(cd "$w/lower/build" && go build -o /dev/null ./cmd/tomlv) # the standard library, compiled
+case ${HOTREQ_SEED:-all} in
+all) (cd "$w/lower/build" && go build -o /dev/null ./cmd/tomlv) ;; # the standard library and the module, compiled
+std) (cd "$w/lower/build" && go build $(go list -deps -f '{{if .Standard}}{{.ImportPath}}{{end}}' ./cmd/tomlv)) ;;
+*) echo "hotreq.sh: HOTREQ_SEED wants all or std, got '$HOTREQ_SEED'" >&2; exit 2 ;;
+esac
 "$shale" serve "$@" --no-root-squash --listen "tcp:127.0.0.1:$port" "$w/lower" >"$w/serve.log" 2>&1 &
 spid=$!
 trap cleanup EXIT
-for _ in $(seq 100); do "$shale" mount "9p://127.0.0.1:$port/" "$w/mnt" 2>/dev/null && break; sleep 0.1; done
+mopts=()
+[ -z "${HOTREQ_TRACE:-}" ] || mopts=(--log-level debug --log "$w/mount.log")
+for _ in $(seq 100); do "$shale" mount "${mopts[@]}" "9p://127.0.0.1:$port/" "$w/mnt" 2>/dev/null && break; sleep 0.1; done
+if [ "${HOTREQ_SEED:-all}" = std ]; then
+	for _ in $(seq 50); do "$shale" stats "$w/mnt" 2>/dev/null | grep -q '^caching *on' && break; sleep 0.1; done
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+fi
 (cd "$w/mnt/build" && go build -o tomlv ./cmd/tomlv)
 "$shale" stats --json "$w/mnt" >"$w/s1.json"
+[ -z "${HOTREQ_TRACE:-}" ] || lines=$(wc -l <"$w/mount.log")
 (cd "$w/mnt/build" && go build -o tomlv ./cmd/tomlv)
 "$shale" stats --json "$w/mnt" >"$w/s2.json"
+if [ -n "${HOTREQ_TRACE:-}" ]; then
+	tail -n +"$((lines + 1))" "$w/mount.log" | grep -F 'msg="9p request"' | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE"
+fi
 python3 - "$w/s1.json" "$w/s2.json" <<'PY'
 import json, sys
 a, b = (json.load(open(f)).get("requests", {}) for f in sys.argv[1:3])

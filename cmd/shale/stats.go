@@ -282,6 +282,10 @@ func printSprite(w io.Writer, sp *remote.SpriteStats) {
 	// its clunk.
 	fmt.Fprintf(w, "delegations  %d granted, %d returned; %d opens without a request (%d requests saved)\n",
 		sp.Delegations, sp.Returns, sp.OpensDelegated, 3*sp.OpensDelegated)
+	// A kept setting of times skips its Tsetattr and Tgetattr, and the
+	// write-back it would have made first.
+	fmt.Fprintf(w, "times kept   %d settings of times kept with delayed writes (%d requests saved, and their write-backs)\n",
+		sp.TimesKept, 2*sp.TimesKept)
 	if len(sp.Size) > 0 {
 		fmt.Fprintf(w, "%-12s %14s %14s\n", "cache size", "data", "dirty")
 		for _, z := range sp.Size {

@@ -110,6 +110,7 @@ func (w *Files) KeepTimes(tok layer.Token, who uint32, in *layer.SetAttr, now ti
 		d.mtime, d.mtimeSet = in.Mtime, true
 	}
 	d.ctime, d.timesSet, d.timesBy = now, true, who
+	w.Ctr.TimesKept.Add(1)
 	return true
 }
 

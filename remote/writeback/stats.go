@@ -21,6 +21,7 @@ type Counters struct {
 	Delegations       atomic.Uint64 // read delegations granted (deleg.go)
 	OpensDelegated    atomic.Uint64 // opens a delegation answered, without a request
 	Returns           atomic.Uint64 // delegations given back when the server asked
+	TimesKept         atomic.Uint64 // settings of times kept with delayed writes (KeepTimes)
 }
 
 // DirtyBytes is how much delayed data the client holds.
