@@ -39,21 +39,13 @@ func TestLookupsAhead(t *testing.T) {
 	ds, e := d.OpenDir(bg)
 	must(t, e, "opendir")
 	looked := 0
-	for {
-		ent, ok, e := ds.Next(bg)
-		must(t, e, "readdir")
-		if !ok {
-			break
-		}
-		if ent.Name == "." || ent.Name == ".." {
-			continue
-		}
+	eachEntry(t, ds, func(ent layer.DirEntry) {
 		var at layer.Attr
 		if _, e := d.Lookup(bg, ent.Name, &at); e != 0 || at.Size != 1 {
 			t.Fatalf("lookup %s: %v, size %d", ent.Name, e, at.Size)
 		}
 		looked++
-	}
+	})
 	ds.Close()
 	s1 := a.fs.Stats()
 	hits := s1.Hits["stat"] - s0.Hits["stat"]

@@ -9,20 +9,28 @@ import (
 	"github.com/shalefs/shale/layer"
 )
 
-// drain reads ds to its end: its entries but "." and "..".
-func drain(t *testing.T, ds layer.DirStream) []layer.DirEntry {
+// eachEntry reads ds to its end, calling fn with each entry but "." and
+// "..", as it is read.
+func eachEntry(t *testing.T, ds layer.DirStream, fn func(layer.DirEntry)) {
 	t.Helper()
-	var all []layer.DirEntry
 	for {
 		ent, ok, e := ds.Next(bg)
 		must(t, e, "readdir")
 		if !ok {
-			return all
+			return
 		}
 		if ent.Name != "." && ent.Name != ".." {
-			all = append(all, ent)
+			fn(ent)
 		}
 	}
+}
+
+// drain reads ds to its end: its entries but "." and "..".
+func drain(t *testing.T, ds layer.DirStream) []layer.DirEntry {
+	t.Helper()
+	var all []layer.DirEntry
+	eachEntry(t, ds, func(ent layer.DirEntry) { all = append(all, ent) })
+	return all
 }
 
 // names lists d through a new stream, sorted.
