@@ -15,16 +15,17 @@ import (
 // first listing of its package). When a lookup misses on the name a
 // server listing of the directory returned last, the names that listing
 // has read but not returned yet are looked up ahead, aheadWidth at once,
-// into the cache, where the kernel's next lookups find them; each later
-// entry the listing returns keeps the window full. A plain READDIR, whose
-// names no lookup follows, sends nothing more.
+// into the cache, where the kernel's next lookups find them; each of
+// those lookups starts the next. A plain READDIR, whose names no lookup
+// follows, sends nothing more; one that follows a READDIRPLUS (the kernel
+// chooses each time) at most aheadWidth lookups.
 //
 // The lookups ahead are made as the caller of the lookup that started
 // them, whose later lookups they answer (the cache keeps who may search
 // the directory); their fids are clunked, as the cache answers without
 // one. One that fails puts nothing, and the kernel's lookup asks itself.
 
-// aheadWidth is how many lookups ahead are in flight for one listing.
+// aheadWidth is how many names are looked up ahead of the kernel.
 const aheadWidth = 16
 
 // ahead is one server listing's names, for lookups ahead.
@@ -32,10 +33,11 @@ type ahead struct {
 	n *node
 
 	mu     sync.Mutex
-	last   string   // the name returned last
-	next   []string // names read, not returned yet, not looked up ahead
-	on     bool     // the kernel looks the names up: started
-	who    uint32   // as whom to look up
+	last   string          // the name returned last
+	next   []string        // names read, not returned yet, not looked up ahead
+	unused map[string]bool // names looked up ahead the kernel has not looked up yet
+	on     bool            // the kernel looks the names up: started
+	who    uint32          // as whom to look up
 	flying map[string]chan struct{}
 	ended  bool // the stream closed: nothing more is started
 }
@@ -51,8 +53,9 @@ func (a *ahead) listed(ents []layer.DirEntry) {
 	}
 }
 
-// returned is told of each entry the stream returns: it no longer waits
-// to be looked up ahead, and the window is topped up.
+// returned is told of each entry the stream returns: if it was not
+// looked up ahead yet, it no longer will be (names are returned in the
+// order they were read, and looked up ahead from the front).
 func (a *ahead) returned(name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -60,7 +63,6 @@ func (a *ahead) returned(name string) {
 	if len(a.next) > 0 && a.next[0] == name {
 		a.next = a.next[1:]
 	}
-	a.fillLocked()
 }
 
 // end stops lookups ahead; those in flight finish.
@@ -71,14 +73,17 @@ func (a *ahead) end() {
 	a.n.listing.CompareAndSwap(a, nil)
 }
 
-// fillLocked starts lookups ahead until aheadWidth are in flight.
+// fillLocked starts lookups ahead until aheadWidth names looked up ahead
+// wait for the kernel's.
 func (a *ahead) fillLocked() {
-	for a.on && !a.ended && len(a.flying) < aheadWidth && len(a.next) > 0 {
+	for a.on && !a.ended && len(a.unused) < aheadWidth && len(a.next) > 0 {
 		name := a.next[0]
 		a.next = a.next[1:]
 		if a.flying == nil {
 			a.flying = map[string]chan struct{}{}
+			a.unused = map[string]bool{}
 		}
+		a.unused[name] = true
 		done := make(chan struct{})
 		a.flying[name] = done
 		a.n.fs.ctr.lookupsAhead.Add(1)
@@ -92,7 +97,6 @@ func (a *ahead) lookup(name string, who uint32, done chan struct{}) {
 	a.mu.Lock()
 	delete(a.flying, name)
 	close(done)
-	a.fillLocked()
 	a.mu.Unlock()
 	if c != nil {
 		c.Clunk(fid)
@@ -137,19 +141,21 @@ func (n *node) lookAhead(name string, who uint32) {
 	}
 }
 
-// awaitAhead waits for a lookup ahead of name in flight, if there is
-// one, and tells whether there was.
-func (n *node) awaitAhead(name string) bool {
+// awaitAhead is told of the kernel's lookup of name: it waits for the
+// lookup ahead of name in flight, if there is one, and starts the next.
+func (n *node) awaitAhead(name string) {
 	a := n.listing.Load()
 	if a == nil {
-		return false
+		return
 	}
 	a.mu.Lock()
 	done := a.flying[name]
-	a.mu.Unlock()
-	if done == nil {
-		return false
+	if a.unused[name] {
+		delete(a.unused, name)
+		a.fillLocked()
 	}
-	<-done
-	return true
+	a.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }

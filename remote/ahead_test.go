@@ -54,4 +54,22 @@ func TestLookupsAhead(t *testing.T) {
 		t.Fatalf("%d lookups: %d missed, %d hit the cache, %d made ahead; want %d, 1 miss, %d hits, %d ahead",
 			looked, misses, hits, s1.LookupsAhead, files, files-1, files-1)
 	}
+
+	// The kernel stops looking up after the first entry (it chooses
+	// READDIRPLUS or READDIR each time): at most aheadWidth go ahead.
+	a.fs.cc.Drop(d.(*node).tok.Ino)
+	ds, e = d.OpenDir(bg)
+	must(t, e, "opendir")
+	first := true
+	eachEntry(t, ds, func(ent layer.DirEntry) {
+		if first {
+			var at layer.Attr
+			d.Lookup(bg, ent.Name, &at)
+			first = false
+		}
+	})
+	ds.Close()
+	if n := a.fs.Stats().LookupsAhead - s1.LookupsAhead; n > aheadWidth {
+		t.Fatalf("a listing looked up at its first entry only made %d lookups ahead, want at most %d", n, aheadWidth)
+	}
 }

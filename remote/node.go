@@ -523,12 +523,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.
 	}
 	id := identOf(ctx)
 	cc := n.fs.cc
+	// A lookup ahead of the kernel (ahead.go) may be bringing it, or
+	// have brought it: waited for, and the next started.
+	n.awaitAhead(name)
 	path, gen, a, found, ok := cc.Lookup(n.tok.Ino, name, id.uid)
-	if !ok && n.awaitAhead(name) {
-		// Looked up ahead of the kernel (ahead.go): the cache has it,
-		// unless that failed.
-		path, gen, a, found, ok = cc.Lookup(n.tok.Ino, name, id.uid)
-	}
 	if !ok {
 		return n.lookupMiss(ctx, name, out)
 	}
