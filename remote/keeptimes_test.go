@@ -172,3 +172,25 @@ func TestKeptAtimeMovesAtRead(t *testing.T) {
 		t.Fatal("the data was written back: the test tests nothing")
 	}
 }
+
+// An open with O_TRUNC after kept times moves mtime as a truncation does
+// (the times set do not come back over it at the write-back), and keeps
+// the atime set.
+func TestKeptTimesThenTrunc(t *testing.T) {
+	x, a, f := delayedFile(t, "data")
+	atime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	mtime := time.Date(2002, 3, 4, 5, 6, 7, 0, time.UTC)
+	keptUtimes(t, a, f, atime, mtime)
+	h := open(t, f, unix.O_WRONLY|unix.O_TRUNC)
+	write(t, h, 0, "x")
+	must(t, h.Fsync(bg, false), "fsync")
+	h.Release(bg)
+	var sys unix.Stat_t
+	if err := unix.Stat(filepath.Join(x.dir, "f"), &sys); err != nil {
+		t.Fatal(err)
+	}
+	got, gotA := time.Unix(sys.Mtim.Unix()), time.Unix(sys.Atim.Unix())
+	if x.onServer(t, "f") != "x" || !got.After(mtime.Add(time.Hour)) || !gotA.Equal(atime) {
+		t.Fatalf("the server has %q, mtime %v, atime %v: want \"x\", a mtime of now, atime %v", x.onServer(t, "f"), got, gotA, atime)
+	}
+}

@@ -59,6 +59,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		return h, 0
 	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
+	if flags&unix.O_TRUNC != 0 {
+		if e := n.fs.wb.BeforeTrunc(ctx, n.tok); e != 0 {
+			return nil, e
+		}
+	}
 	since := cc.Snap()
 	uncaches := n.fs.wb.Uncaches(n.tok)
 	var (

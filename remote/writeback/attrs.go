@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/session"
 )
 
 // Gen is the count of write-backs and discards of the files numbered
@@ -112,6 +113,32 @@ func (w *Files) KeepTimes(tok layer.Token, who uint32, in *layer.SetAttr, now ti
 	d.ctime, d.timesSet, d.timesBy = now, true, who
 	w.Ctr.TimesKept.Add(1)
 	return true
+}
+
+// BeforeTrunc is told of an open of tok's file that truncates it: times
+// kept with its dirty data (KeepTimes) go to the server first. The
+// truncation discards the data they wait for, and moves mtime and ctime
+// but not the atime set.
+func (w *Files) BeforeTrunc(ctx context.Context, tok layer.Token) layer.Errno {
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !sf.hasDirty.Load() {
+		return 0
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	d := sf.d
+	if d == nil || !d.timesSet {
+		return 0
+	}
+	c, e := w.Session.Conn(ctx)
+	if e != 0 {
+		return e
+	}
+	if err := sf.f.SetTimes(c, d.timesBy, d.atime, d.mtime); err != nil {
+		return session.Errno(err)
+	}
+	d.timesSet, d.atime, d.mtimeSet = false, time.Time{}, false
+	return 0
 }
 
 // BeforeSetattr prepares a setattr of path that KeepTimes did not keep:
