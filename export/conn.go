@@ -23,10 +23,11 @@ type conn struct {
 	ctx    context.Context    // ends with the connection: requests' parent
 	stop   context.CancelFunc // ends ctx
 	base   context.Context    // ctx without its end: for releases after it
-	msize  uint32             // guarded by wmu once requests run
+	msize  atomic.Uint32      // set by Tversion, in the loop
 	wmu    sync.Mutex         // one reply on the wire at a time
 	broken bool               // a reply failed: no more are sent (wmu)
 	slots  chan struct{}      // bounds the requests served at once
+	ord    order              // requests in flight by fid (order.go)
 	flight sync.WaitGroup     // requests in flight
 	seq    atomic.Uint64      // fids made (fid.seq)
 

@@ -233,3 +233,33 @@ func TestVersionAborts(t *testing.T) {
 		}
 	}
 }
+
+// A client slow to take a large reply does not stop the server reading
+// its next requests: before, the reading loop took the reply writer's
+// lock for msize before each frame, and waited for the write to end.
+func TestReadingGoesOnBehindSlowReply(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true})
+	if err := os.WriteFile(filepath.Join(f.dir, "big"), make([]byte, 60<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := f.rawDial(t)
+	r.handshake(t, 64<<10, 0)
+	r.must(t, "walk", twalk(1, 0, 1, "big"))
+	r.must(t, "open", frame(tLopen, 1, uint32(1), uint32(0)))
+	r.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.c.Write(frame(tRead, 2, uint32(1), uint64(0), uint32(60<<10))); err != nil {
+		t.Fatal(err)
+	}
+	// Its reply's write now waits for us (a pipe has no buffer).
+	time.Sleep(200 * time.Millisecond)
+	for tag := uint16(3); tag <= 5; tag++ {
+		if _, err := r.c.Write(frame(tGetattr, tag, uint32(0), uint64(0x3fff))); err != nil {
+			t.Fatalf("request %d not read while a reply waits to be taken: %v", tag, err)
+		}
+	}
+	for range 4 {
+		if typ, body, err := r.recv(); err != nil || typ == rLerror {
+			t.Fatalf("reply: type %d, %d bytes, %v", typ, len(body), err)
+		}
+	}
+}

@@ -16,6 +16,21 @@
 // bottom of the stack must). Its attach name selects a root, and may go
 // on below it. The uid of 9P2000.L.Google's Tucreate & co is not served:
 // files belong to the attaching caller.
+//
+// Lock order. A request holds its fid's mu (fid.go) while it is served;
+// of two fids, the one made first is taken first (conn.pair). Under it:
+// Server.mu, then conn.mu, then controller.mu, then jrnl.mu; conn.wmu,
+// then conn.mu or jrnl.mu (conn.send); sprite.mu, then jrnl.mu or
+// rights.mu; rights.wmu, then rights.mu. conn.mu is held across the
+// coherence manager's Register (conn.viewOf). Leaves, under which
+// nothing is taken: jrnl.mu, rights.mu, order.mu, Server.usersMu,
+// squashLog.mu, fileFid.omu, xattrFid.smu; fileFid.smu is taken alone.
+// Only a fid's mu and fileFid.smu are held across calls into the layers,
+// so the coherence manager's callbacks may come from any request.
+// Held across I/O or a long wait: a fid's mu (the layers, Sprite's
+// recalls: only that fid's requests wait), conn.wmu (a reply's write,
+// bounded by writeTimeout where the stream has deadlines; the reading of
+// requests does not take it), rights.wmu (the rights file's writes).
 package export
 
 import (
@@ -304,9 +319,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // releases what they hold.
 func (s *Server) closeAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	cs := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
-		c.rw.Close()
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.rw.Close() // a TLS close may write: not under s.mu, which admission takes
 	}
 }
 
@@ -333,9 +352,10 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	// Not ended with Serve's ctx: a drain ends the connection (drainAll).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx), msize: maxMsize,
+	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx),
 		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
 		views: map[*root]uint32{}, ended: make(chan struct{})}
+	c.msize.Store(maxMsize)
 	defer close(c.ended)
 	c.peerKey = peerKeyOf(rw)
 	readDeadline(rw, time.Now().Add(s.opts.FirstTimeout))

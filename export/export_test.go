@@ -19,6 +19,7 @@ import (
 
 	"github.com/shalefs/shale/fuseview"
 	"github.com/shalefs/shale/hostfs"
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 )
@@ -176,6 +177,8 @@ func lookupToken(t *testing.T, f *fixture, name string) layer.Token {
 
 // A listing of 1000 entries in small replies, resumed at offsets the
 // server gave, and rewound: every name once, with its inode and type.
+// Each reply but the last is full (journal.FillsReaddir): without room
+// for the longest entry.
 func TestReaddir(t *testing.T) {
 	f := newFixture(t, Options{})
 	want := []string{".", ".."}
@@ -195,7 +198,7 @@ func TestReaddir(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := func(from uint64) (names []string, offs []uint64) {
-		off := from
+		off, short := from, false
 		for {
 			ents, err := d.Readdir(off, 1000)
 			if err != nil {
@@ -204,6 +207,14 @@ func TestReaddir(t *testing.T) {
 			if len(ents) == 0 {
 				return names, offs
 			}
+			if short {
+				t.Fatalf("a reply with room for another entry was not the last: %d entries after it", len(ents))
+			}
+			used := 0
+			for _, e := range ents {
+				used += direntSize(e.Name)
+			}
+			short = used+journal.MaxDirent <= 1000
 			for _, e := range ents {
 				names = append(names, e.Name)
 				offs = append(offs, e.Offset)
@@ -239,6 +250,37 @@ func TestReaddir(t *testing.T) {
 	// A count too small for one entry is an error, not the end.
 	if _, err := d.Readdir(0, 10); !errors.Is(err, linux.EINVAL) {
 		t.Fatalf("readdir with count 10: %v", err)
+	}
+}
+
+// A listing whose stream fails midway answers the error, not the entries
+// read before it: a reply cut short would say the listing ended
+// (journal.FillsReaddir). The same Treaddir again lists everything.
+func TestReaddirErrorNotShort(t *testing.T) {
+	f := newFixture(t, Options{})
+	for i := range 20 {
+		if err := os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := f.dial(t, "")
+	d := walk(t, s.root)
+	if _, _, err := d.Open(p9.ReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	f.c.dirFail.Store(5)
+	if ents, err := d.Readdir(0, 64<<10); !errors.Is(err, linux.EIO) {
+		t.Fatalf("a stream failing after 5 entries: %d entries, error %v; want EIO", len(ents), err)
+	}
+	ents, err := d.Readdir(0, 64<<10)
+	if err != nil || len(ents) != 22 {
+		t.Fatalf("listed again: %d entries, error %v; want 22", len(ents), err)
+	}
+	// The journal tree's root says the server fills its replies.
+	j := f.dial(t, journal.Aname)
+	q, _, _, err := j.root.GetAttr(p9.AttrMask{})
+	if err != nil || q.Version&journal.FillsReaddir == 0 {
+		t.Fatalf("the journal root's QID version %#x (%v) lacks FillsReaddir", q.Version, err)
 	}
 }
 

@@ -28,9 +28,10 @@ type fileFid struct {
 	so     *spriteOpen // the open as Sprite's rules count it (sprite.go)
 	d      layer.DirStream
 
-	smu  sync.Mutex // the directory stream's position
-	dpos uint64     // offset the stream is at: the Off of the last entry sent
-	pend *layer.DirEntry
+	smu   sync.Mutex // the directory stream's position
+	dpos  uint64     // offset the stream is at: the Off of the last entry sent
+	pend  *layer.DirEntry
+	dlost bool // the stream is past dpos: entries read were not sent
 
 	omu    sync.Mutex // owners, which Tlocks add to at once
 	owners []uint64   // lock owners that took locks through h
@@ -285,13 +286,14 @@ func (f *fileFid) streamReaddir(ctx context.Context, offset uint64, count int, b
 	}
 	f.smu.Lock()
 	defer f.smu.Unlock()
-	if offset != f.dpos {
-		f.pend = nil
+	if offset != f.dpos || f.dlost {
+		f.pend, f.dlost = nil, false
 		if e := f.d.Seek(ctx, offset); e != 0 {
 			return e
 		}
 		f.dpos = offset
 	}
+	start := len(b.B)
 	for used := 0; ; {
 		var ent layer.DirEntry
 		if f.pend != nil {
@@ -302,7 +304,10 @@ func (f *fileFid) streamReaddir(ctx context.Context, offset uint64, count int, b
 			ent, ok, e = f.d.Next(ctx)
 			if e != 0 {
 				if used > 0 {
-					return 0 // the error comes again on the next call
+					// A reply cut short by an error would say the listing
+					// ended (journal.FillsReaddir): the error goes now, and
+					// the entries read again after it.
+					b.B, f.dlost = b.B[:start], true
 				}
 				return e
 			}

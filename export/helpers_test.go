@@ -28,6 +28,9 @@ type counts struct {
 	view                        atomic.Uint32 // Caller.View of the last write
 	overflow                    atomic.Int64  // reads and writes whose end overflows
 	hang                        chan struct{} // what a Lookup of hangName waits for
+	// dirFail, if not 0: the next stream to have returned that many
+	// entries fails its next Next once, with EIO.
+	dirFail atomic.Int64
 }
 
 func (c *counts) check(t *testing.T) {
@@ -81,8 +84,14 @@ const blockName = "block-until-cancelled"
 // cancelled or not (a lower layer that ignores cancellation).
 const hangName = "hang-until-released"
 
+// slowName is a name whose Lookup waits for counts.hang to close, then
+// finds the file.
+const slowName = "slow-until-released"
+
 func (n *cnode) Lookup(ctx context.Context, name string, out *layer.Attr) (layer.Node, layer.Errno) {
 	switch name {
+	case slowName:
+		<-n.c.hang
 	case blockName:
 		<-ctx.Done()
 		return nil, syscall.EINTR
@@ -198,6 +207,23 @@ type cdir struct {
 	layer.DirStream
 	c    *counts
 	done atomic.Bool
+	read int64 // entries returned
+}
+
+func (d *cdir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
+	if d.read > 0 && d.c.dirFail.CompareAndSwap(d.read, 0) {
+		return layer.DirEntry{}, false, syscall.EIO
+	}
+	ent, ok, e := d.DirStream.Next(ctx)
+	if ok {
+		d.read++
+	}
+	return ent, ok, e
+}
+
+func (d *cdir) Seek(ctx context.Context, off uint64) layer.Errno {
+	d.read = 0
+	return d.DirStream.Seek(ctx, off)
 }
 
 func (d *cdir) Close() {

@@ -39,6 +39,7 @@ type req struct {
 	// reply says after it has read them.
 	seen []interestKey
 	typs []uint8
+	fids []uint32 // the fids it is in order on (order.go)
 }
 
 type reqKey struct{}
@@ -49,10 +50,9 @@ func (c *conn) loop() {
 	r := bufio.NewReaderSize(c.rw, 64<<10)
 	admitted := false
 	for {
-		c.wmu.Lock()
-		msize := c.msize
-		c.wmu.Unlock()
-		h, body, err := p9wire.ReadFrame(r, msize)
+		// Not under wmu: a reply the client is slow to take must not stop
+		// the reading of its requests (a Tflush of the one it waits for).
+		h, body, err := p9wire.ReadFrame(r, c.msize.Load())
 		c.s.counts.bytesIn.Add(uint64(h.Size))
 		if errors.Is(err, p9wire.ErrTooLarge) {
 			// Skipped, not ended: the stream stays in step.
@@ -135,12 +135,18 @@ func (c *conn) loop() {
 			close(q.done)
 			return
 		}
+		after := c.ord.enter(q, h.Type, body)
 		c.inflight.Add(1)
 		c.flight.Go(func() {
 			defer c.inflight.Add(-1)
 			defer func() { <-c.slots }()
 			defer close(q.done)
+			defer c.ord.leave(q)
 			defer cancel()
+			if !c.await(ctx, h.Type, q, after) {
+				c.send(q, h.Tag, rerror(h.Tag, syscall.EINTR)) // flushed while it waited
+				return
+			}
 			c.send(q, h.Tag, c.serveOne(ctx, h.Type, h.Tag, d))
 		})
 	}
@@ -220,17 +226,13 @@ func (c *conn) version(tag uint16, d *p9wire.Dec) []byte {
 		v = p9wire.Version
 	}
 	msize = min(msize, maxMsize)
-	c.wmu.Lock()
-	c.msize = msize
-	c.wmu.Unlock()
+	c.msize.Store(msize)
 	return p9wire.Encode(&p9wire.VersionReply{Msize: msize, Version: v}, tag)
 }
 
 // ioMax is the most data an Rread or Rreaddir may carry.
 func (c *conn) ioMax() uint32 {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.msize - p9wire.HdrLen - 4
+	return c.msize.Load() - p9wire.HdrLen - 4
 }
 
 // serveOne serves one request and returns its reply.

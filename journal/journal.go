@@ -99,6 +99,23 @@ const (
 	WriteBack uint32 = 1 << 30
 )
 
+// Capabilities of the server, in the Qid.Vers of the journal tree's root
+// (Rattach): what a client may count on beyond 9P2000.L.
+const (
+	// FillsReaddir: an Rreaddir holds as many entries as fit its count,
+	// so one with room left for the longest entry (MaxDirent) ends the
+	// listing, and the Treaddir that would read nothing need not go.
+	FillsReaddir uint32 = 1
+	// OrdersFids: a request waits for the requests sent before it that
+	// make, open or clunk one of its fids, so a client may send a Twalk,
+	// the Tlopen of the fid it makes and more without waiting between.
+	OrdersFids uint32 = 2
+)
+
+// MaxDirent is the size of the longest entry of an Rreaddir: qid[13]
+// offset[8] type[1] and a name of 255 bytes (name[s]).
+const MaxDirent = 13 + 8 + 1 + 2 + 255
+
 // Goodbye is the Seq of a client's last Clean (of Qid path 0).
 const Goodbye = ^uint64(0)
 
