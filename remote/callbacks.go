@@ -63,13 +63,15 @@ func (j *jreader) open(c *session.Conn) error {
 	fs := j.fs
 	root := c.NewFid()
 	uid := uint32(os.Geteuid())
-	if err := c.AttachAs(root, uid, journal.Aname); err != nil {
+	rq, err := c.AttachQid(root, uid, journal.Aname)
+	if err != nil {
 		if errors.Is(err, session.ErrLost) {
 			return err
 		}
 		j.fallback(fmt.Sprintf("attach %s: %v", journal.Aname, session.Errno(err)))
 		return nil
 	}
+	c.SetCaps(rq.Vers)
 	// root is not clunked: it goes with the connection, and a clunk is
 	// one more request on every (re)start.
 	j.mu.Lock()

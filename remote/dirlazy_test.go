@@ -1,9 +1,15 @@
 package remote
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shalefs/shale/export"
 	"github.com/shalefs/shale/layer"
@@ -149,5 +155,103 @@ func TestCachedListingOpenedBeforeChange(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"x", "y"}) {
 		t.Fatalf("a stream opened before b's create, read after a learnt of it, listed %q, want [x y]", got)
+	}
+}
+
+// A cached listing whose reading moves the directory's atime (relatime)
+// moves it on the server with one Treaddir and lists the rest from the
+// cache: walk, Tlopen, Treaddir and clunk. Before, it read the whole
+// listing again, a second Treaddir to learn of its end (issue 27's hot
+// build lists its build directory so).
+func TestCachedListingMovesAtime(t *testing.T) {
+	x, a, d := listedDir(t, -time.Hour, 0)
+	// Set the atime back behind mtime, on the server's disk (beside it:
+	// nothing tells a) and in a's cache: the next listing moves it.
+	ino := d.(*node).tok.Ino
+	at, gen, ok := a.fs.cc.Attr(ino)
+	if !ok {
+		t.Fatal("d's attributes are not cached after its listing")
+	}
+	old := at.Mtime.Add(-time.Hour)
+	path := filepath.Join(x.dir, "d")
+	ts := []unix.Timespec{unix.NsecToTimespec(old.UnixNano()), {Nsec: unix.UTIME_OMIT}}
+	if err := unix.UtimesNano(path, ts); err != nil {
+		t.Fatal(err)
+	}
+	at.Atime = old
+	a.fs.cc.PutAttr(a.fs.cc.Snap(), ino, gen, &at)
+	if _, ok := a.fs.cc.Listing(ino, 0); !ok || !a.fs.cc.Touches(ino) {
+		t.Fatalf("listing cached %v, atime to move %v: the test tests nothing", ok, a.fs.cc.Touches(ino))
+	}
+	req := func() map[string]uint64 { return a.fs.Stats().Requests }
+	before := req()
+	if got := names(t, d); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("a listed %q, want [x]", got)
+	}
+	after := req()
+	for _, r := range []string{"walk", "lopen", "readdir", "clunk"} {
+		if n := after[r] - before[r]; n != 1 {
+			t.Errorf("the listing sent %d T%s, want 1", n, r)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if srv := time.Unix(st.Atim.Unix()); !srv.After(old) {
+		t.Errorf("the server's atime %v did not move from %v", srv, old)
+	}
+	if at, _, ok := a.fs.cc.Attr(ino); ok && !at.Atime.After(at.Mtime) {
+		t.Errorf("the cached atime %v did not move past mtime %v", at.Atime, at.Mtime)
+	}
+	if a.fs.cc.Touches(ino) {
+		t.Error("the next listing would move the atime again")
+	}
+	// Listed again: from the cache alone.
+	before = req()
+	names(t, d)
+	if n := req()["readdir"] - before["readdir"]; n != 0 {
+		t.Errorf("a second listing sent %d Treaddirs, want none", n)
+	}
+}
+
+// shale's server fills its Rreaddirs (journal.FillsReaddir): a listing
+// that fits one reply is one Treaddir, not two, the second to learn of
+// the end; one of many replies is whole, every name once.
+func TestListingEndsShort(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	for _, d := range []string{"small", "big"} {
+		if err := os.Mkdir(filepath.Join(x.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for i := range 3 {
+		name := fmt.Sprintf("f%d", i)
+		os.WriteFile(filepath.Join(x.dir, "small", name), nil, 0o644)
+	}
+	long := strings.Repeat("x", 240)
+	for i := range 6000 {
+		name := fmt.Sprintf("%s%05d", long, i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(x.dir, "big", name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := spriteClient(t, x, "a", Options{})
+	readdirs := func() uint64 { return a.fs.Stats().Requests["readdir"] }
+	before := readdirs()
+	if got := names(t, lookup(t, a, "small")); len(got) != 3 {
+		t.Fatalf("listed %q, want 3 names", got)
+	}
+	if n := readdirs() - before; n != 1 {
+		t.Errorf("a listing of 3 names sent %d Treaddirs, want 1", n)
+	}
+	before = readdirs()
+	if got := names(t, lookup(t, a, "big")); !slices.Equal(got, want) {
+		t.Fatalf("listed %d names of 6000 long ones", len(got))
+	}
+	if n := readdirs() - before; n < 2 {
+		t.Errorf("6000 long names took %d Treaddirs: the test tests nothing", n)
 	}
 }

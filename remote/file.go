@@ -49,6 +49,12 @@ var _ layer.Handle = (*handle)(nil)
 // mu, which a write-back of the file takes (FidOn) while it holds the
 // file's write-back lock, which the open's answer takes in turn.
 func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.Errno) {
+	return h.useRiding(ctx, nil)
+}
+
+// useRiding is use, sending ride with the open if it opens the file (in
+// its round trip, where the server keeps the order of a fid's requests).
+func (h *handle) useRiding(ctx context.Context, ride *session.Ride) (*session.Conn, uint32, uint32, layer.Errno) {
 	c, e := h.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, 0, 0, e
@@ -62,7 +68,7 @@ func (h *handle) use(ctx context.Context) (*session.Conn, uint32, uint32, layer.
 		return c, fid, iounit, e // another request opened it meanwhile
 	}
 	since := h.fs.wb.Uncaches(h.n.tok)
-	fid, iounit, q, e := h.n.openFid(c, h.who, h.flags)
+	fid, iounit, q, e := h.n.openFid(c, h.who, h.flags, ride)
 	if e != 0 {
 		return nil, 0, 0, e
 	}
@@ -431,19 +437,35 @@ func (h *handle) lostLocks() bool {
 // lock call on a handle that held locks then fails with EIO, after which
 // the handle starts afresh with none.
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
-	c, fid, _, e := h.use(ctx)
+	typ, start, length := wireLock(lk)
+	proc := h.fs.procRef(owner)
+	defer h.fs.procUnref(owner)
+	// A handle never opened on the server (a delegated open) holds no
+	// locks there to have lost: its first Tlock goes with its open.
+	var ride *session.Ride
+	var first p9wire.LockReply
+	if !h.everOpened() {
+		ride = &session.Ride{Make: func(_ *session.Conn, fid uint32) (p9wire.Message, p9wire.Message) {
+			return &p9wire.Lock{Fid: fid, LockType: typ, Start: start, Length: length, ProcID: proc, ClientID: h.fs.clientID}, &first
+		}}
+	}
+	c, fid, _, e := h.useRiding(ctx, ride)
 	if e != 0 {
 		return e
 	}
 	if h.lostLocks() {
 		return syscall.EIO
 	}
-	typ, start, length := wireLock(lk)
-	proc := h.fs.procRef(owner)
-	defer h.fs.procUnref(owner)
 	delay := 10 * time.Millisecond
 	for {
-		st, err := c.Lock(fid, typ, start, length, proc, h.fs.clientID)
+		var st uint8
+		var err error
+		if ride != nil && ride.Sent {
+			st, err = first.Status, ride.Err
+		} else {
+			st, err = c.Lock(fid, typ, start, length, proc, h.fs.clientID)
+		}
+		ride = nil
 		if err != nil {
 			return session.Errno(err)
 		}
@@ -548,7 +570,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.
 		h.fs.noGetlock.Store(true)
 		h.fs.log.Debug("9p server has no Tgetlock: probing with Tlock", "err", err)
 	}
-	pfid, _, _, e := h.n.openFid(c, h.who, h.flags&unix.O_ACCMODE)
+	pfid, _, _, e := h.n.openFid(c, h.who, h.flags&unix.O_ACCMODE, nil)
 	if e != 0 {
 		return e
 	}

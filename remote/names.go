@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
@@ -24,13 +25,25 @@ func remove(ns []*node, n *node) []*node {
 // newMode is the mode to create an object with in the directory dfid:
 // the caller's mode masked by its umask, unless the directory has a
 // default ACL, which the server's file system then applies instead.
+// Whether it has one is cached as getxattr(2)'s answers are (absent
+// only): a build's creates in one directory ask once.
 func (n *node) newMode(c *session.Conn, dfid uint32, id ident, mode uint32) uint32 {
 	if id.umask&0o777 == 0 {
 		return mode
 	}
-	if fid, _, err := c.Xattrwalk(dfid, "system.posix_acl_default"); err == nil {
+	const acl = "system.posix_acl_default"
+	cc := n.fs.cc
+	if _, absent, ok := cc.Xattr(n.tok.Ino, acl, id.uid); ok && absent {
+		return mode &^ (id.umask & 0o777)
+	}
+	since := cc.Snap()
+	fid, _, err := c.Xattrwalk(dfid, acl)
+	if err == nil {
 		c.Clunk(fid)
 		return mode
+	}
+	if e := session.Errno(err); e == syscall.ENODATA || e == syscall.EINVAL {
+		cc.PutXattr(since, n.tok.Ino, n.tok.Gen, acl, id.uid, nil, true) // EINVAL: as readXattr says
 	}
 	return mode &^ (id.umask & 0o777)
 }
@@ -103,14 +116,26 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, e
 	}
 	// Tlcreate turns the fid it is given into the new open file: give it
-	// a clone of the directory's.
-	hfid, _, err := c.Walk(dfid, nil)
-	if err != nil {
+	// a clone of the directory's, in the same round trip where the server
+	// keeps the order of a fid's requests.
+	r := p9wire.OpenReply{T: p9wire.Tlcreate}
+	lcreate := &session.Ride{Make: func(_ *session.Conn, fid uint32) (p9wire.Message, p9wire.Message) {
+		return &p9wire.Lcreate{Fid: fid, Name: name, Flags: openFlags(flags | unix.O_CREAT),
+			Mode: n.newMode(c, dfid, id, mode&0o7777), Gid: id.gid}, &r
+	}}
+	var hfid uint32
+	var err error
+	if c.Caps()&journal.OrdersFids != 0 {
+		hfid, _, err = c.WalkAnd(dfid, nil, lcreate)
+	} else if hfid, _, err = c.Walk(dfid, nil); err == nil {
+		err = c.RPC(lcreate.Make(c, hfid))
+	}
+	if hfid == 0 {
 		return nil, nil, session.Errno(err)
 	}
-	r := p9wire.OpenReply{T: p9wire.Tlcreate}
-	err = c.RPC(&p9wire.Lcreate{Fid: hfid, Name: name, Flags: openFlags(flags | unix.O_CREAT),
-		Mode: n.newMode(c, dfid, id, mode&0o7777), Gid: id.gid}, &r)
+	if err == nil {
+		err = lcreate.Err
+	}
 	if err != nil {
 		c.Clunk(hfid)
 		return nil, nil, session.Errno(err)

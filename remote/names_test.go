@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
 )
 
 // A file removed while open, written past DirtyMax, neither spins the
@@ -39,5 +42,43 @@ func TestDirtyMaxUnlinkedOpenFile(t *testing.T) {
 	}
 	if d := a.fs.wb.Ctr.Discarded.Load(); d == 0 {
 		t.Fatal("a removed file's delayed data was not counted as discarded")
+	}
+}
+
+// A create under a umask asks whether the directory has a default ACL
+// (which would take the umask's place) once; later creates there find
+// the answer in the cache. A default ACL set since is asked for again.
+func TestDefaultACLAskedOnce(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	ctx := as(0, 0, 0o022)
+	walks := func() uint64 { return a.fs.Stats().Requests["xattrwalk"] }
+	before := walks()
+	for _, name := range []string{"f", "g", "h"} {
+		var at layer.Attr
+		_, h, e := d.Create(ctx, name, unix.O_WRONLY, 0o666, &at)
+		must(t, e, "create %s", name)
+		h.Release(bg)
+		if at.Mode&0o777 != 0o644 {
+			t.Errorf("%s: mode %o, want 644", name, at.Mode&0o777)
+		}
+	}
+	if n := walks() - before; n != 1 {
+		t.Errorf("3 creates asked for the default ACL %d times, want 1", n)
+	}
+	// A default ACL of rwx for all: the next create's mode is 666, the
+	// umask set aside.
+	acl := []byte{2, 0, 0, 0}
+	for _, tag := range []uint16{0x01, 0x04, 0x20} { // ACL_USER_OBJ, ACL_GROUP_OBJ, ACL_OTHER
+		acl = append(acl, byte(tag), byte(tag>>8), 7, 0, 0xff, 0xff, 0xff, 0xff)
+	}
+	must(t, d.(*node).Setxattr(ctx, "system.posix_acl_default", acl, 0), "set the default ACL")
+	var at layer.Attr
+	_, h, e := d.Create(ctx, "i", unix.O_WRONLY, 0o666, &at)
+	must(t, e, "create i")
+	h.Release(bg)
+	if at.Mode&0o777 != 0o666 {
+		t.Errorf("a create under a default ACL: mode %o, want 666", at.Mode&0o777)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
@@ -494,7 +495,21 @@ func (n *node) child(c *session.Conn, dfid, who uint32, name string, want *p9wir
 // that one (else ESTALE).
 func (n *node) lookupOn(c *session.Conn, dfid, who uint32, name string, want *p9wire.Qid, out *layer.Attr, since uint64) (uint32, layer.Token, layer.Errno) {
 	uid := session.UID(who)
-	fid, q, err := c.Walk(dfid, []string{name})
+	// The Tgetattr goes with the walk where the server keeps a fid's
+	// order: the file, and its write-back generation, are not known yet.
+	var ra p9wire.Rattr
+	getattr := &session.Ride{Make: func(_ *session.Conn, fid uint32) (p9wire.Message, p9wire.Message) {
+		return &p9wire.Getattr{Fid: fid, Mask: p9wire.GetattrAll}, &ra
+	}}
+	all := n.fs.wb.GenAll()
+	var fid uint32
+	var q p9wire.Qid
+	var err error
+	if c.Caps()&journal.OrdersFids != 0 {
+		fid, q, err = c.WalkAnd(dfid, []string{name}, getattr)
+	} else {
+		fid, q, err = c.Walk(dfid, []string{name})
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) && want == nil {
 			n.fs.cc.PutLookup(since, n.tok.Ino, name, uid, 0, 0, nil)
@@ -507,7 +522,12 @@ func (n *node) lookupOn(c *session.Conn, dfid, who uint32, name string, want *p9
 	}
 	// What this client knows better than the server goes in out: a hard
 	// link's reply names a file the kernel has, whose size it would take.
-	ra, err := n.fs.attrOf(c, fid, q.Path, out)
+	if getattr.Sent && getattr.Err == nil {
+		*out = ra.Attr
+	}
+	if !getattr.Sent || getattr.Err != nil || !n.fs.wb.OverlayAttrSinceAll(session.Token(&ra), out, all) {
+		ra, err = n.fs.attrOf(c, fid, q.Path, out)
+	}
 	if err != nil {
 		c.Clunk(fid)
 		return 0, layer.Token{}, session.Errno(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 	"github.com/shalefs/shale/p9wire"
 	"github.com/shalefs/shale/remote/session"
@@ -29,12 +30,28 @@ func (n *node) newFid(c *session.Conn, who uint32) (uint32, layer.Errno) {
 }
 
 // openFid makes a new fid of the node for the credentials who and opens
-// it with flags (open(2)'s).
-func (n *node) openFid(c *session.Conn, who, flags uint32) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
-	if fid, e = n.newFid(c, who); e != 0 {
-		return 0, 0, q, e
+// it with flags (open(2)'s); ride, if not nil, goes with the open where
+// the server keeps the order of a fid's requests (session.Ride).
+func (n *node) openFid(c *session.Conn, who, flags uint32, ride *session.Ride) (fid, iounit uint32, q p9wire.Qid, e layer.Errno) {
+	var err error
+	if c.Caps()&journal.OrdersFids != 0 && (n.isRoot || n.hasFid(c, who)) {
+		// The clone and its open in one round trip: the server keeps
+		// their order.
+		nfid, done, e := n.fidOn(c, who)
+		if e != 0 {
+			return 0, 0, q, e
+		}
+		fid, q, iounit, err = c.WalkOpen(nfid, openFlags(flags), ride)
+		done()
+		if fid == 0 {
+			return 0, 0, q, session.Errno(err)
+		}
+	} else {
+		if fid, e = n.newFid(c, who); e != 0 {
+			return 0, 0, q, e
+		}
+		q, iounit, err = c.Lopen(fid, openFlags(flags))
 	}
-	q, iounit, err := c.Lopen(fid, openFlags(flags))
 	if err == syscall.EPERM && flags&unix.O_NOATIME != 0 {
 		// O_NOATIME is for the owner; it is a wish, not a need.
 		q, iounit, err = c.Lopen(fid, openFlags(flags&^unix.O_NOATIME))
@@ -81,7 +98,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		if c, e = n.fs.ss.Conn(ctx); e != 0 {
 			return false
 		}
-		fid, iounit, q, e = n.openFid(c, h.who, flags)
+		fid, iounit, q, e = n.openFid(c, h.who, flags, nil)
 		return e != 0 && !c.Alive()
 	})
 	if e == syscall.EIO && flags&unix.O_TRUNC != 0 {
@@ -115,29 +132,42 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	since := cc.Snap()
 	touch := cc.Touches(n.tok.Ino)
 	ents, listed := cc.Listing(n.tok.Ino, id.uid)
-	if listed && !touch {
-		n.fs.hit(kindDir)
-		return &cachedDir{ents: ents, since: since, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+	if listed {
+		// Listed by this user before (so it may), and cached. If the
+		// listing moves the atime (relatime), the directory opens on the
+		// server at the first READDIR, to move it there, if one comes; a
+		// kernel that lists from its own cache sends none.
+		if touch {
+			n.fs.miss(kindDir)
+		} else {
+			n.fs.hit(kindDir)
+		}
+		return &cachedDir{ents: ents, since: since, touch: touch, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
 	n.fs.miss(kindDir)
-	if listed {
-		// Listed by this user before (so it may), cached, and only the
-		// atime to move (relatime): the directory opens on the server at
-		// the first Treaddir, which moves it, if one comes; a kernel that
-		// lists from its own cache sends none.
-		return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}, since: since, keep: true, touch: true}, 0
-	}
 	c, e := n.fs.ss.Conn(ctx)
 	if e != 0 {
 		return nil, e
 	}
 	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
 	who := whoOf(ctx)
-	fid, iounit, _, e := n.openFid(c, who, flags)
+	// The first Treaddir goes with the open, in its round trip: the
+	// kernel's READDIR follows.
+	first := &p9wire.DataReply{T: p9wire.Treaddir}
+	count := 0
+	ride := &session.Ride{Make: func(c *session.Conn, fid uint32) (p9wire.Message, p9wire.Message) {
+		count = c.IOSize(0)
+		return &p9wire.Read{T: p9wire.Treaddir, Fid: fid, Count: uint32(count)}, first
+	}}
+	fid, iounit, _, e := n.openFid(c, who, flags, ride)
 	if e != 0 {
 		return nil, e
 	}
-	return &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: who, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}, 0
+	d := &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: who, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}
+	if ride.Sent && ride.Err == nil {
+		d.first, d.firstCount = first, count
+	}
+	return d, 0
 }
 
 // openFlags are the wire flags a file is opened with on the server.

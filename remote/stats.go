@@ -104,6 +104,10 @@ type Stats struct {
 	// several at once (ahead.go): each a walk, a Tgetattr and a clunk,
 	// whose round trips overlap.
 	LookupsAhead uint64 `json:"lookups_ahead"`
+	// Pipelined are requests sent behind another without waiting for
+	// its reply (a Twalk and the Tlopen of the fid it makes): each a
+	// round trip saved.
+	Pipelined uint64 `json:"pipelined"`
 	// Sprite is there with a server that follows Sprite's rules.
 	Sprite *SpriteStats `json:"sprite,omitempty"`
 }
@@ -146,6 +150,7 @@ func (fs *FS) Stats() Stats {
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
 	s.DirOpensUnsent = fs.ctr.dirOpensUnsent.Load()
 	s.LookupsAhead = fs.ctr.lookupsAhead.Load()
+	s.Pipelined = fs.ctr.Piped.Load()
 	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()
 	}

@@ -39,6 +39,7 @@ type Conn struct {
 	freeFid []uint32
 	roots   map[uint32]*root // the attach of each Cred, by number (Who)
 	noCreds atomic.Bool      // the server does not speak the credentials protocol
+	caps    atomic.Uint32    // what the server said it does beyond 9P2000.L (SetCaps)
 	dead    chan struct{}    // closed when the connection failed
 	err     error
 	maxIdle int       // idle fids kept (see Fid)
@@ -172,6 +173,13 @@ func (c *Conn) Fail(err error) {
 	c.onDead(c)
 }
 
+// SetCaps records what the server said it does beyond 9P2000.L (its
+// journal tree's capability bits); Caps is 0 until then.
+func (c *Conn) SetCaps(v uint32) { c.caps.Store(v) }
+
+// Caps is what SetCaps recorded.
+func (c *Conn) Caps() uint32 { return c.caps.Load() }
+
 // Alive tells whether the connection still serves.
 func (c *Conn) Alive() bool {
 	select {
@@ -199,10 +207,36 @@ func (c *Conn) Close() { c.Fail(errClosed) }
 func (c *Conn) RPC(req, rep p9wire.Message) error {
 	c.ctr.Reqs[req.Type()].Add(1)
 	err := c.call(req, rep, c.timeout)
+	c.logged(req, err)
+	return err
+}
+
+// logged logs req at the debug level, with its reply's error.
+func (c *Conn) logged(req p9wire.Message, err error) {
 	if c.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.log.Debug("9p request", "req", describe(req), "err", err)
 	}
-	return err
+}
+
+// Pipe is RPC for several requests, sent together, each answered into
+// its reply: one round trip, where the server keeps the order of a fid's
+// requests (the caller checks it says so: Caps). The errors are each
+// request's.
+func (c *Conn) Pipe(reqs, reps []p9wire.Message) []error {
+	errs := make([]error, len(reqs))
+	calls := make([]*pending, len(reqs))
+	c.ctr.Piped.Add(uint64(len(reqs) - 1))
+	for i, req := range reqs {
+		c.ctr.Reqs[req.Type()].Add(1)
+		calls[i], errs[i] = c.start(req, c.timeout)
+	}
+	for i, k := range calls {
+		if k != nil {
+			errs[i] = c.finish(k, reps[i])
+		}
+		c.logged(reqs[i], errs[i])
+	}
+	return errs
 }
 
 // describe is req for the debug log: its type and fields, a write's
@@ -224,33 +258,60 @@ func (c *Conn) Do(req p9wire.Message) error {
 func (c *Conn) Wait(req, rep p9wire.Message) error { return c.call(req, rep, 0) }
 
 func (c *Conn) call(req, rep p9wire.Message, timeout time.Duration) error {
-	ch := make(chan reply, 1)
+	k, err := c.start(req, timeout)
+	if err != nil {
+		return err
+	}
+	return c.finish(k, rep)
+}
+
+// pending is a request sent, its reply to come.
+type pending struct {
+	ch    chan reply
+	timer *time.Timer // fails the connection if the reply is late
+}
+
+// start sends req.
+func (c *Conn) start(req p9wire.Message, timeout time.Duration) (*pending, error) {
+	k := &pending{ch: make(chan reply, 1)}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return ErrLost
+		return nil, ErrLost
 	}
 	tag, ok := c.tag()
 	if !ok {
 		c.mu.Unlock()
-		return syscall.EAGAIN
+		return nil, syscall.EAGAIN
 	}
-	c.pending[tag] = ch
+	c.pending[tag] = k.ch
 	c.mu.Unlock()
 	if timeout > 0 {
-		timer := time.AfterFunc(timeout, func() { c.Fail(errTimeout) })
-		defer timer.Stop()
+		k.timer = time.AfterFunc(timeout, func() { c.Fail(errTimeout) })
 	}
 	if err := c.write(req, tag); err != nil {
 		c.Fail(err)
-		return ErrLost
+		k.stop()
+		return nil, ErrLost
 	}
+	return k, nil
+}
+
+func (k *pending) stop() {
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+}
+
+// finish waits for k's reply and decodes it into rep.
+func (c *Conn) finish(k *pending, rep p9wire.Message) error {
+	defer k.stop()
 	var r reply
 	select {
-	case r = <-ch:
+	case r = <-k.ch:
 	case <-c.dead:
 		select {
-		case r = <-ch: // it made it before the end
+		case r = <-k.ch: // it made it before the end
 		default:
 			return ErrLost
 		}
@@ -366,6 +427,82 @@ func (c *Conn) Lopen(fid, flags uint32) (p9wire.Qid, uint32, error) {
 	r := p9wire.OpenReply{T: p9wire.Tlopen}
 	err := c.RPC(&p9wire.Lopen{Fid: fid, Flags: flags}, &r)
 	return r.Qid, r.Iounit, err
+}
+
+// Ride is a request sent behind an open, in its round trip (WalkOpen):
+// Make builds it for the connection and the new fid. Once the open
+// succeeded, Sent is true and Err is the request's error; else the
+// caller sends it itself, if it still wants to.
+type Ride struct {
+	Make func(c *Conn, fid uint32) (req, rep p9wire.Message)
+	Sent bool
+	Err  error
+}
+
+// WalkOpen is Walk of fid with no names (a clone) and Lopen of the new
+// fid with flags, and ride if not nil, sent together (Pipe: for a server
+// that keeps the order of a fid's requests). If the walk fails there is
+// no new fid (nf is 0); if the open fails, nf is the walked fid, for the
+// caller to clunk or open again.
+func (c *Conn) WalkOpen(fid, flags uint32, ride *Ride) (nf uint32, q p9wire.Qid, iounit uint32, err error) {
+	o := p9wire.OpenReply{T: p9wire.Tlopen}
+	open := &Ride{Make: func(_ *Conn, nf uint32) (p9wire.Message, p9wire.Message) {
+		return &p9wire.Lopen{Fid: nf, Flags: flags}, &o
+	}}
+	rides := []*Ride{open}
+	if ride != nil {
+		rides = append(rides, ride)
+	}
+	if nf, _, err = c.WalkAnd(fid, nil, rides...); nf == 0 {
+		return 0, q, 0, err
+	}
+	if ride != nil && open.Err != nil {
+		ride.Sent, ride.Err = false, nil // it met no open file
+	}
+	return nf, o.Qid, o.Iounit, open.Err
+}
+
+// WalkAnd is Walk of fid to names (at most MaxWelem; none for a
+// clone), with the rides' requests on the new fid sent in the same round
+// trip (Pipe: for a server that keeps the order of a fid's requests). If
+// the walk fails there is no new fid: nf is 0, err the walk's error, and
+// no ride is Sent. Else q is the last name's QID and each ride is Sent,
+// with its error.
+func (c *Conn) WalkAnd(fid uint32, names []string, rides ...*Ride) (nf uint32, q p9wire.Qid, err error) {
+	nf = c.NewFid()
+	var w p9wire.WalkReply
+	reqs := []p9wire.Message{&p9wire.Walk{Fid: fid, NewFid: nf, Names: names}}
+	reps := []p9wire.Message{&w}
+	for _, r := range rides {
+		req, rep := r.Make(c, nf)
+		reqs, reps = append(reqs, req), append(reps, rep)
+	}
+	errs := c.Pipe(reqs, reps)
+	switch {
+	case errs[0] != nil:
+		for _, e := range errs[1:] {
+			if e == nil {
+				c.Fail(p9wire.ErrProto) // a request on a fid that was not made
+				errs[0] = ErrLost
+			}
+		}
+	case len(w.Qids) > len(names):
+		c.Fail(p9wire.ErrProto)
+		errs[0] = ErrLost
+	case len(w.Qids) < len(names):
+		errs[0] = syscall.ENOENT // a partial walk: the name after the last QID is missing
+	}
+	if errs[0] != nil {
+		c.PutFid(nf)
+		return 0, q, errs[0]
+	}
+	for i, r := range rides {
+		r.Sent, r.Err = true, errs[i+1]
+	}
+	if len(names) > 0 {
+		q = w.Qids[len(names)-1]
+	}
+	return nf, q, nil
 }
 
 // SetMtime sets fid's modification time to t, and reports whether the

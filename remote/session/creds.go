@@ -172,12 +172,18 @@ func (c *Conn) attachCred(fid uint32, cr Cred) error {
 // and uname its name when the local user database knows it, for servers
 // that look users up by name. On failure fid is free again.
 func (c *Conn) AttachAs(fid, uid uint32, aname string) error {
-	err := c.RPC(&p9wire.Attach{Fid: fid, Afid: p9wire.NoFid, Uname: unameOf(uid), Aname: aname, NUname: uid},
-		&p9wire.QidReply{T: p9wire.Tattach})
+	_, err := c.AttachQid(fid, uid, aname)
+	return err
+}
+
+// AttachQid is AttachAs, returning the QID of what fid names.
+func (c *Conn) AttachQid(fid, uid uint32, aname string) (p9wire.Qid, error) {
+	r := p9wire.QidReply{T: p9wire.Tattach}
+	err := c.RPC(&p9wire.Attach{Fid: fid, Afid: p9wire.NoFid, Uname: unameOf(uid), Aname: aname, NUname: uid}, &r)
 	if err != nil {
 		c.PutFid(fid)
 	}
-	return err
+	return r.Qid, err
 }
 
 // unameOf is uid's name in the local user database, or "".

@@ -37,6 +37,9 @@ var errClosed = errors.New("closed")
 type Counters struct {
 	Reqs       [256]atomic.Uint64
 	Sent, Recv atomic.Uint64 // bytes, frames included
+	// Piped are requests sent behind another without waiting for its
+	// reply (Pipe): each a round trip saved.
+	Piped atomic.Uint64
 }
 
 // Token is the identity of the file r describes: the server's inode

@@ -27,9 +27,25 @@ func (w *Files) Gen(path uint64) uint64 {
 // from before it, with the dirty data it sent no longer there to show,
 // so they must be asked again.
 func (w *Files) OverlayAttrSince(tok layer.Token, a *layer.Attr, gen uint64) bool {
+	return w.overlaySince(tok, a, func() bool { return w.Gen(tok.Ino) == gen })
+}
+
+// GenAll is the count of write-backs and discards of every file, taken
+// before asking the server for attributes of a file not known yet at
+// all (a Tgetattr sent with the walk that finds it): see
+// OverlayAttrSinceAll.
+func (w *Files) GenAll() uint64 { return w.settles.Load() }
+
+// OverlayAttrSinceAll is OverlayAttrSince for a count GenAll returned:
+// false if any file's write-back ran meanwhile.
+func (w *Files) OverlayAttrSinceAll(tok layer.Token, a *layer.Attr, all uint64) bool {
+	return w.overlaySince(tok, a, func() bool { return w.settles.Load() == all })
+}
+
+func (w *Files) overlaySince(tok layer.Token, a *layer.Attr, same func() bool) bool {
 	sf := w.sfileOf(tok, false)
 	if sf == nil || !sf.hasDirty.Load() {
-		return w.Gen(tok.Ino) == gen // settled counts before it clears hasDirty
+		return same() // settled counts before it clears hasDirty
 	}
 	// Compared under mu: a write-back holds it until it settles, and
 	// the attributes, asked while it ran, predate it (the soak: a link's
@@ -37,7 +53,7 @@ func (w *Files) OverlayAttrSince(tok layer.Token, a *layer.Attr, gen uint64) boo
 	// file whose data was landing, and the next append went to 0).
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
-	if w.Gen(tok.Ino) != gen {
+	if !same() {
 		return false
 	}
 	sf.overlayLocked(a)
@@ -187,7 +203,7 @@ func (w *Files) truncateLocked(sf *sfile, size int64) {
 	w.Ctr.Discarded.Add(uint64(dropped))
 	if len(sf.d.ext) == 0 {
 		// The server's file is what this client sees now.
-		sf.settled()
+		w.settled(sf)
 	}
 }
 
@@ -261,7 +277,7 @@ func (w *Files) dropDirtyLocked(sf *sfile) {
 		return
 	}
 	w.dirtyBytes.Add(-sf.d.bytes())
-	sf.settled()
+	w.settled(sf)
 	if wb := sf.wb; wb != nil {
 		sf.wb = nil
 		wb.c.Clunk(wb.fid)

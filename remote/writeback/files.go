@@ -126,6 +126,7 @@ type Files struct {
 	Ctr        Counters
 	sprite     atomic.Bool // the server follows the rules
 	dirtyBytes atomic.Int64
+	settles    atomic.Uint64 // write-backs and discards of every file (GenAll)
 
 	smu    sync.Mutex
 	sfiles map[uint64][]*sfile // by QID path
@@ -298,7 +299,8 @@ func (w *Files) forgetIdle(sf *sfile) {
 
 // settled ends sf's dirty state: written back, or never to be. The file
 // it wrote back through may go now.
-func (sf *sfile) settled() {
+func (w *Files) settled(sf *sfile) {
+	w.settles.Add(1)
 	sf.gen.Add(1) // first: whoever finds hasDirty false then sees the new count
 	sf.d = nil
 	sf.hasDirty.Store(false)

@@ -108,7 +108,7 @@ func (w *Files) writeBackOnce(ctx context.Context, sf *sfile, why Reason) (layer
 		w.Cache.DropData(sf.tok.Ino, uint64(x.off), uint64(len(x.data)))
 	}
 	w.Cache.DropAttrs(sf.tok.Ino)
-	sf.settled()
+	w.settled(sf)
 	w.Ctr.WriteBacks[why].Add(1)
 	if why != Recall && why != Uncache {
 		w.cleanLocked(sf) // a Recall's answer says as much

@@ -1,0 +1,186 @@
+package remote
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shalefs/shale/export"
+	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/p9wire"
+)
+
+// An open of a file whose node has a fid sends the clone's Twalk and the
+// Tlopen together (journal.OrdersFids): the Tlopen goes while the walk's
+// reply is held, one round trip for two.
+func TestOpenPipelined(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	f, h := create(t, a, "f")
+	h.Release(bg)
+	lopens := func() uint64 { return a.fs.Stats().Requests["lopen"] }
+	before := lopens()
+	release := holdWalks(t, x)
+	opened := make(chan layer.Errno, 1)
+	go func() {
+		h, e := f.Open(bg, unix.O_WRONLY)
+		if e == 0 {
+			h.Release(bg)
+		}
+		opened <- e
+	}()
+	waitUntil(t, "the Tlopen sent with its walk's reply held", func() bool { return lopens() > before })
+	release()
+	if e := <-opened; e != 0 {
+		t.Fatalf("open: %v", e)
+	}
+}
+
+// A listing is one round trip: the first Treaddir goes with the
+// directory's walk and Tlopen, at the open (OpenDir), or, for a
+// directory opened lazily, at its first read.
+func TestListingPipelined(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	_, h := create(t, d, "x")
+	h.Release(bg)
+	readdirs := func() uint64 { return a.fs.Stats().Requests["readdir"] }
+	before, piped := readdirs(), a.fs.Stats().Pipelined
+	release := holdWalks(t, x)
+	listed := make(chan []string, 1)
+	go func() { // no t here: the test's goroutine reports
+		var got []string
+		if ds, e := d.OpenDir(bg); e == 0 {
+			for ent, ok, e := ds.Next(bg); ok && e == 0; ent, ok, e = ds.Next(bg) {
+				if ent.Name != "." && ent.Name != ".." {
+					got = append(got, ent.Name)
+				}
+			}
+			ds.Close()
+		}
+		listed <- got
+	}()
+	waitUntil(t, "the Treaddir sent with its walk's reply held", func() bool { return readdirs() > before })
+	release()
+	if got := <-listed; !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("listed %q, want [x]", got)
+	}
+	if n := readdirs() - before; n != 1 {
+		t.Errorf("the listing sent %d Treaddirs, want 1", n)
+	}
+	if n := a.fs.Stats().Pipelined - piped; n != 2 {
+		t.Errorf("pipelined %d requests, want 2 (the Tlopen and the Treaddir)", n)
+	}
+}
+
+// A lock through a delegated open, which the server has not seen, goes
+// with the file's walk and Tlopen: the Tlock is sent while the walk's
+// reply is held. Another client's lock of the file then waits for it.
+func TestLockPipelined(t *testing.T) {
+	x, a, f := delegated(t, "data")
+	h := open(t, f, unix.O_RDONLY)
+	defer h.Release(bg)
+	if h.(*handle).everOpened() {
+		t.Fatal("the open was sent to the server: the test tests nothing")
+	}
+	locks := func() uint64 { return a.fs.Stats().Requests["lock"] }
+	before := locks()
+	release := holdWalks(t, x)
+	locked := make(chan layer.Errno, 1)
+	go func() {
+		locked <- h.Setlk(bg, 7, &layer.Lock{Type: unix.F_RDLCK, End: math.MaxUint64, Flock: true}, false)
+	}()
+	waitUntil(t, "the Tlock sent with its walk's reply held", func() bool { return locks() > before })
+	release()
+	if e := <-locked; e != 0 {
+		t.Fatalf("flock: %v", e)
+	}
+	b := spriteClient(t, x, "b", Options{})
+	hb := open(t, lookup(t, b, "f"), unix.O_RDWR)
+	defer hb.Release(bg)
+	if e := hb.Setlk(bg, 8, &layer.Lock{Type: unix.F_WRLCK, End: math.MaxUint64, Flock: true}, false); e != unix.EAGAIN {
+		t.Fatalf("b's flock(LOCK_EX) of a file a holds locked: %v, want EAGAIN", e)
+	}
+}
+
+// A create sends the clone of the directory's fid and the Tlcreate on
+// it together: the Tlcreate goes while the walk's reply is held.
+func TestCreatePipelined(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	d := mkdir(t, a, "d")
+	lcreates := func() uint64 { return a.fs.Stats().Requests["lcreate"] }
+	before := lcreates()
+	release := holdWalks(t, x)
+	made := make(chan layer.Errno, 1)
+	go func() {
+		var at layer.Attr
+		_, h, e := d.Create(bg, "f", unix.O_WRONLY, 0o644, &at)
+		if e == 0 {
+			h.Release(bg)
+		}
+		made <- e
+	}()
+	waitUntil(t, "the Tlcreate sent with its walk's reply held", func() bool { return lcreates() > before })
+	release()
+	if e := <-made; e != 0 {
+		t.Fatalf("create: %v", e)
+	}
+	if got := names(t, d); !slices.Equal(got, []string{"f"}) {
+		t.Fatalf("listed %q, want [f]", got)
+	}
+}
+
+// holdWalks holds x's Rwalk replies until release (or the test's end):
+// a request sent after a walk while it is held was sent without waiting
+// for it.
+func holdWalks(t *testing.T, x *spriteServer) (release func()) {
+	x.held = make(chan struct{})
+	x.hold.Store(p9wire.Twalk + 1)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			x.hold.Store(0)
+			close(x.held)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A lookup the cache cannot answer sends its Tgetattr with the walk:
+// the Tgetattr goes while the walk's reply is held.
+func TestLookupPipelined(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	if err := os.WriteFile(filepath.Join(x.dir, "f"), []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	getattrs := func() uint64 { return a.fs.Stats().Requests["getattr"] }
+	before := getattrs()
+	release := holdWalks(t, x)
+	type answer struct {
+		size uint64
+		e    layer.Errno
+	}
+	looked := make(chan answer, 1)
+	go func() {
+		var at layer.Attr
+		_, e := a.Lookup(bg, "f", &at)
+		looked <- answer{at.Size, e}
+	}()
+	waitUntil(t, "the Tgetattr sent with its walk's reply held", func() bool { return getattrs() > before })
+	release()
+	if r := <-looked; r.e != 0 || r.size != 3 {
+		t.Fatalf("lookup: size %d, %v; want 3", r.size, r.e)
+	}
+	if n := getattrs() - before; n != 1 {
+		t.Errorf("the lookup sent %d Tgetattrs, want 1", n)
+	}
+}
