@@ -9,8 +9,11 @@
 # HOTREQ_SEED=std seeds GOCACHE with the standard library only and drops
 # the kernel's caches before the first build, as bench/net/cache.sh does:
 # the first build then compiles the module, reading its sources through
-# the mount. HOTREQ_TRACE=FILE writes the second build's requests there,
-# one a line (the mount's debug log).
+# the mount. HOTREQ_TRACE=FILE writes the second build's requests there
+# (and the first's to FILE.first),
+# one a line (the mount's debug log). It ends with the requests sent
+# behind another without waiting (pipelined) and the round trips left,
+# and says on stderr what the first build (with the mount's start) sent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export GOFLAGS=-buildvcs=false GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOWORK=off
@@ -46,12 +49,21 @@ fi
 "$shale" stats --json "$w/mnt" >"$w/s2.json"
 if [ -n "${HOTREQ_TRACE:-}" ]; then
 	tail -n +"$((lines + 1))" "$w/mount.log" | grep -F 'msg="9p request"' | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE"
+	head -n "$lines" "$w/mount.log" | grep -F 'msg="9p request"' | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE.first"
 fi
 python3 - "$w/s1.json" "$w/s2.json" <<'PY'
 import json, sys
-a, b = (json.load(open(f)).get("requests", {}) for f in sys.argv[1:3])
+s1, s2 = (json.load(open(f)) for f in sys.argv[1:3])
+a, b = s1.get("requests", {}), s2.get("requests", {})
 d = {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0)}
 for k in sorted(d):
     print(f"{k}\t{d[k]}")
 print(f"total\t{sum(d.values())}")
+# Requests sent behind another without waiting: the rest are round trips.
+piped = s2.get("pipelined", 0) - s1.get("pipelined", 0)
+print(f"pipelined\t{piped}")
+print(f"round trips\t{sum(d.values()) - piped}")
+# The first build, with the mount's own start.
+cold, cpiped = sum(a.values()), s1.get("pipelined", 0)
+print(f"first build: {cold} requests, {cold - cpiped} round trips", file=sys.stderr)
 PY
