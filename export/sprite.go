@@ -566,7 +566,10 @@ func (h jholder) Opening(ctx context.Context, tok layer.Token, write bool) {
 // truncation): while the file is write-shared, the other clients' caches
 // (their kernels' pages above all) must not show the old bytes once the
 // change returns, so it returns once their journals read its record, or
-// the recall timeout passed.
+// the recall timeout passed. Not only the sharers': a client that closed
+// the file keeps its attributes, and the writer's close, which delays
+// nothing of a shared file, would otherwise return before that client's
+// stat shows the write (issue 23).
 func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 	sp.mu.Lock()
 	st := sp.files[k]
@@ -574,14 +577,8 @@ func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 		sp.mu.Unlock()
 		return
 	}
+	shared := st.isShared
 	var js []*jrnl
-	if st.isShared {
-		for oc := range st.opens {
-			if j := oc.journal.Load(); oc != c && j != nil && j != c.journal.Load() {
-				js = append(js, j)
-			}
-		}
-	}
 	// A delegation goes with the change's record, which its client
 	// applies before the change returns.
 	for h := range st.delegs {
@@ -591,6 +588,9 @@ func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 		}
 	}
 	sp.mu.Unlock()
+	if shared {
+		js = append(js, sp.s.followersOf(k, c.journal.Load())...)
+	}
 	deadline := time.NewTimer(sp.recallTimeout)
 	defer deadline.Stop()
 	for _, j := range js {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -344,6 +345,38 @@ func TestConcurrentSharing(t *testing.T) {
 	ha.Release(bg)
 	hb.Release(bg)
 	_ = fa
+}
+
+// A write to a write-shared file returns once every other client that
+// caches the file applied its record, not only the sharers: a client
+// that closed it but kept its attributes (the RELEASE of its last read
+// had not reached the server when the writer opened it again) must not
+// show the old size after the writer's close (issue 23).
+func TestSharedWriteSeenByFollower(t *testing.T) {
+	x := newSpriteServer(t, export.Options{})
+	a := spriteClient(t, x, "a", Options{})
+	b := spriteClient(t, x, "b", Options{})
+	c := spriteClient(t, x, "c", Options{})
+	_, h := create(t, a, "f")
+	write(t, h, 0, "v1")
+	must(t, h.Release(bg), "release")
+	fc := lookup(t, c, "f")
+	if got := size(t, fc); got != 2 {
+		t.Fatalf("c's stat: size %d, want 2", got)
+	}
+	fb := lookup(t, b, "f")
+	hb := open(t, fb, unix.O_RDONLY)
+	defer hb.Release(bg)
+	fa := lookup(t, a, "f")
+	for v := 2; v < 300; v++ {
+		ha := open(t, fa, unix.O_RDWR) // write-shared with b: through
+		s := fmt.Sprintf("v%d:%s", v, strings.Repeat(".", v))
+		write(t, ha, 0, s)
+		must(t, ha.Release(bg), "release")
+		if got := size(t, fc); got != uint64(len(s)) {
+			t.Fatalf("version %d: c's stat after a's write returned: size %d, want %d", v, got, len(s))
+		}
+	}
 }
 
 // Data dirty for the delay is written back by itself.

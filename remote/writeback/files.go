@@ -24,8 +24,8 @@
 // through, a Writer an open handle whose fid it may use.
 //
 // Lock order: an open's lock (OpenLock, held across its Tlopen), then
-// sfile.hmu (held across a Held's send: only the file's other Helds
-// wait; follow.go), then sfile.mu (held across a write-back: only the file's own writes, reads
+// a QID path's Held turn (held across a Held's send: only the path's
+// other Helds wait; follow.go), then sfile.mu (held across a write-back: only the file's own writes, reads
 // of its delayed data and setattrs wait), then sfile.vmu and Files.smu,
 // then the File's own (Pin), the cache's and the session's. Files.olmu
 // and Files.nmu are taken alone. What a session step runs (Reclaim) takes no sfile lock: a
@@ -141,11 +141,12 @@ type Files struct {
 	// while it has states of them: a state made later is followed
 	// (follow.go).
 	followed map[uint64]bool
+	turns    map[uint64]*turn // Held turns taken or waited for, by QID path
 }
 
 // New makes the write-behind and starts its flusher (with a delay).
 func New(cfg Config) *Files {
-	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, followed: map[uint64]bool{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
+	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, followed: map[uint64]bool{}, turns: map[uint64]*turn{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
 	if w.Delay == 0 {
 		w.Delay = defaultDelay
 	}
@@ -180,7 +181,6 @@ type sfile struct {
 	tok      layer.Token // the file: a number reused by a new file is another
 	hasDirty atomic.Bool // d != nil, read without mu (reclaim)
 	followed atomic.Bool // another client follows it: tell its attributes (follow.go)
-	hmu      sync.Mutex  // one Held of it at a time (follow.go); before mu
 	toldHeld atomic.Bool // the last Held of it had delayed writes
 	refused  atomic.Bool // the server refused its reclaim
 	// gone: forgetIdle took it from the map (set under mu and vmu).

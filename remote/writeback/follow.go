@@ -2,6 +2,7 @@ package writeback
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
@@ -32,7 +33,7 @@ func (w *Files) Follow(tok layer.Token) {
 	for _, sf := range sfs {
 		sf.followed.Store(true)
 	}
-	go w.sendHeld(tok.Ino, sfs)
+	go w.sendHeld(tok.Ino)
 }
 
 // Closing is told of each close of tok's file (close(2), not the
@@ -47,22 +48,23 @@ func (w *Files) Closing(tok layer.Token, write bool) {
 	if sf == nil || !sf.followed.Load() || !sf.hasDirty.Load() && !sf.toldHeld.Load() {
 		return // nothing delayed now, nor told before
 	}
-	w.sendHeld(tok.Ino, []*sfile{sf})
+	w.sendHeld(tok.Ino)
 }
 
-// sendHeld sends Held of path: the size and mtime of the one of sfs with
-// delayed writes, or none. One at a time per file, each taken after the
-// last was answered, so that an older one never lands last.
-func (w *Files) sendHeld(path uint64, sfs []*sfile) {
+// sendHeld sends Held of path: the size and mtime of the one of its
+// files with delayed writes, or none. One at a time per QID path, each
+// made and sent after the last was answered, so that an older one never
+// lands last: the Held a Follow asked for of a file an unlink and create
+// had just replaced, made from the old file's state, once landed after
+// the new file's close told its size, and the server showed the new
+// file as empty.
+func (w *Files) sendHeld(path uint64) {
 	if w.Send == nil {
 		return
 	}
-	for _, sf := range sfs {
-		sf.hmu.Lock()
-		defer sf.hmu.Unlock()
-	}
+	defer w.heldTurn(path)()
 	r := journal.Record{Kind: journal.Held, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: path}}
-	for _, sf := range sfs {
+	for _, sf := range w.sfilesOf(path) {
 		sf.mu.Lock()
 		if d := sf.d; d != nil {
 			r.Fields = []journal.Field{journal.HeldField(uint64(d.size), d.mtime)}
@@ -72,4 +74,31 @@ func (w *Files) sendHeld(path uint64, sfs []*sfile) {
 	}
 	w.Send(r)
 	w.Ctr.Helds.Add(1)
+}
+
+// A turn serializes the Held records of one QID path (sendHeld).
+type turn struct {
+	mu   sync.Mutex
+	refs int // under Files.smu
+}
+
+// heldTurn waits for path's turn; the returned function ends it.
+func (w *Files) heldTurn(path uint64) func() {
+	w.smu.Lock()
+	t := w.turns[path]
+	if t == nil {
+		t = &turn{}
+		w.turns[path] = t
+	}
+	t.refs++
+	w.smu.Unlock()
+	t.mu.Lock()
+	return func() {
+		t.mu.Unlock()
+		w.smu.Lock()
+		if t.refs--; t.refs == 0 {
+			delete(w.turns, path)
+		}
+		w.smu.Unlock()
+	}
 }

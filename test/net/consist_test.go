@@ -224,14 +224,7 @@ func TestCloseToOpen(t *testing.T) {
 			n := 2 * (rounds - 1)
 			t.Logf("%s: %d opens and stats: %d stale opens, %d stale stats before the open, %d after it, %d torn reads, %d zeros; reads of the open file older than the change: %d",
 				name, n, staleOpen, staleStat, staleAfter, torn, zeros, heldStale)
-			// A stat before the open may still find the kernel's old
-			// attributes when the record came while the kernel had a
-			// request of the file at work (its RELEASE of the last read):
-			// fuseview then invalidates in the background, after the
-			// journal read that made the writer's close return. One in a
-			// hundred is let pass; before the writer told its delayed
-			// writes, about half were stale.
-			if !m.statNow || staleStat <= n/100 {
+			if !m.statNow {
 				staleStat = 0
 			}
 			if staleOpen > 0 || staleStat > 0 || staleAfter > 0 || torn > 0 || zeros > 0 {
