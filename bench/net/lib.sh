@@ -11,11 +11,16 @@
 # usage: the script's comment block after its first line, unmarked.
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
-# free_port: a TCP port nothing listens on.
+# free_port: a TCP port nothing listens on, below the kernel's ephemeral
+# range: a port in it may be taken by an outgoing connection (of a test
+# suite running beside) between this check and the bind, which then
+# fails "address already in use".
 free_port() {
-	local p
+	local p lo
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range
+	[ "$lo" -gt 12000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		[ -z "$(ss -Hltn "sport = :$p")" ] && { echo $p; return; }
 	done
 }
