@@ -15,6 +15,8 @@ import (
 
 	"github.com/hugelgupf/p9/linux"
 	"github.com/hugelgupf/p9/p9"
+
+	"github.com/shalefs/shale/journal"
 )
 
 // The connection: its bounds, its end, Tflush and Tversion.
@@ -260,6 +262,58 @@ func TestReadingGoesOnBehindSlowReply(t *testing.T) {
 	for range 4 {
 		if typ, body, err := r.recv(); err != nil || typ == rLerror {
 			t.Fatalf("reply: type %d, %d bytes, %v", typ, len(body), err)
+		}
+	}
+}
+
+// Opens that wait for their own client's journal (what was queued for it
+// applied first: Sprite's rules) give their slots back. With more of
+// them at once than a connection serves, the journal read sent behind
+// them is still read, and they are answered once the client applied
+// what it read, not at the recall timeout (two minutes here: the test
+// gives up after one).
+func TestOpensWaitingOnOwnJournal(t *testing.T) {
+	f := newFixture(t, Options{NoRootSquash: true, Sprite: true, RecallTimeout: 2 * time.Minute})
+	const n = maxInFlight + 8
+	for i := range n {
+		os.WriteFile(filepath.Join(f.dir, fmt.Sprint("f", i)), []byte("x"), 0o644)
+	}
+	a := f.jdial(t, testUUID, true)
+	a.must(t, "hello", frame(tWrite, 1, uint32(jfid), uint64(0), uint32(len(helloFollows())), helloFollows()))
+	for i := range n {
+		a.walkTo(t, uint32(10+i), fmt.Sprint("f", i))
+	}
+	write(t, f.other(t), "f0", 0, "changed") // a record queued for a
+	var m []byte
+	for i := range n {
+		m = append(m, frame(tLopen, uint16(100+i), uint32(10+i), uint32(os.O_RDONLY))...)
+	}
+	m = append(m, frame(tRead, 9, uint32(jfid), uint64(0), uint32(60000))...)
+	a.c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := a.c.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	for opened := 0; opened < n; {
+		typ, body, err := a.recv()
+		if err != nil {
+			t.Fatalf("%d of %d opens answered, then: %v", opened, n, err)
+		}
+		switch typ {
+		case tRead + 1: // the records: applied, as the next read says
+			k := binary.LittleEndian.Uint32(body)
+			var last uint64
+			for b := body[4 : 4+k]; len(b) > 0; {
+				r, rest, err := journal.Next(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last, b = r.Seq, rest
+			}
+			a.c.Write(frame(tRead, 8, uint32(jfid), last, uint32(60000)))
+		case tLopen + 1:
+			opened++
+		default:
+			t.Fatalf("reply type %d (%q)", typ, body)
 		}
 	}
 }

@@ -518,6 +518,7 @@ func (j *jrnl) waitApplied(ctx context.Context, timeout <-chan time.Time) bool {
 	for j.base < target && j.conns > 0 && !j.deleted {
 		applied := j.applied
 		j.mu.Unlock()
+		unslot(ctx)
 		select {
 		case <-applied:
 		case <-timeout:

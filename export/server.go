@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,6 +41,26 @@ type req struct {
 	seen []interestKey
 	typs []uint8
 	fids []uint32 // the fids it is in order on (order.go)
+
+	slots chan struct{} // its connection's, one of which it holds
+	freed sync.Once
+}
+
+// freeSlot gives q's slot back, once: at its end, or when it starts to
+// wait on another party (unslot).
+func (q *req) freeSlot() { q.freed.Do(func() { <-q.slots }) }
+
+// unslot gives the slot of ctx's request back as it starts to wait on
+// another party: a client's journal, a recall's answer. That party's
+// own requests may need a slot of this very connection (its journal
+// read, when the party is this client), and a connection whose every
+// slot a waiting request held would read nothing more until their
+// timeouts. Such a request still holds its fid and its order on it, so
+// their number stays bounded by the connection's fids (--max-fids).
+func unslot(ctx context.Context) {
+	if q, ok := ctx.Value(reqKey{}).(*req); ok && q.slots != nil {
+		q.freeSlot()
+	}
 }
 
 type reqKey struct{}
@@ -114,7 +135,7 @@ func (c *conn) loop() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
-		q := &req{cancel: cancel, done: make(chan struct{})}
+		q := &req{cancel: cancel, done: make(chan struct{}), slots: c.slots}
 		ctx = context.WithValue(ctx, reqKey{}, q)
 		c.mu.Lock()
 		_, dup := c.tags[h.Tag]
@@ -139,7 +160,7 @@ func (c *conn) loop() {
 		c.inflight.Add(1)
 		c.flight.Go(func() {
 			defer c.inflight.Add(-1)
-			defer func() { <-c.slots }()
+			defer q.freeSlot()
 			defer close(q.done)
 			defer c.ord.leave(q)
 			defer cancel()

@@ -324,6 +324,7 @@ func (sp *sprite) open(ctx context.Context, k interestKey, c *conn, so *spriteOp
 		}
 		wake := st.wake
 		sp.mu.Unlock()
+		unslot(ctx) // the holders' answers may be behind it
 		select {
 		case <-wake:
 		case <-wait:
