@@ -24,11 +24,11 @@
 // through, a Writer an open handle whose fid it may use.
 //
 // Lock order: an open's lock (OpenLock, held across its Tlopen), then
-// a QID path's Held turn (held across a Held's send: only the path's
-// other Helds wait; follow.go), then sfile.mu (held across a write-back: only the file's own writes, reads
-// of its delayed data and setattrs wait), then sfile.vmu and Files.smu,
-// then the File's own (Pin), the cache's and the session's. Files.olmu
-// and Files.nmu are taken alone. What a session step runs (Reclaim) takes no sfile lock: a
+// a QID path's Held lock (held across a Held's send: only the path's
+// other Helds wait; follow.go), then sfile.mu (held across a write-back:
+// only the file's own writes, reads of its delayed data and setattrs
+// wait), then sfile.vmu and Files.smu, then the File's own (Pin), the
+// cache's and the session's. pathLocks.mu and Files.nmu are taken alone. What a session step runs (Reclaim) takes no sfile lock: a
 // write-back holding one may be waiting for that very connection.
 package writeback
 
@@ -130,8 +130,8 @@ type Files struct {
 
 	smu    sync.Mutex
 	sfiles map[uint64][]*sfile // by QID path
-	olmu   sync.Mutex
-	olocks map[uint64]*openLock // opens in flight, by file (OpenLock)
+	opens  pathLocks           // one open of a file at a time (OpenLock)
+	helds  pathLocks           // one Held of a QID path at a time (follow.go)
 	nmu    sync.Mutex
 	naming map[uint64]int // name changes in flight, by file (NameChange)
 	done   chan struct{}  // closed by Close: ends the flusher
@@ -141,12 +141,11 @@ type Files struct {
 	// while it has states of them: a state made later is followed
 	// (follow.go).
 	followed map[uint64]bool
-	turns    map[uint64]*turn // Held turns taken or waited for, by QID path
 }
 
 // New makes the write-behind and starts its flusher (with a delay).
 func New(cfg Config) *Files {
-	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, followed: map[uint64]bool{}, turns: map[uint64]*turn{}, olocks: map[uint64]*openLock{}, naming: map[uint64]int{}, done: make(chan struct{})}
+	w := &Files{Config: cfg, sfiles: map[uint64][]*sfile{}, followed: map[uint64]bool{}, naming: map[uint64]int{}, done: make(chan struct{})}
 	if w.Delay == 0 {
 		w.Delay = defaultDelay
 	}

@@ -2,7 +2,6 @@ package writeback
 
 import (
 	"slices"
-	"sync"
 
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
@@ -62,7 +61,7 @@ func (w *Files) sendHeld(path uint64) {
 	if w.Send == nil {
 		return
 	}
-	defer w.heldTurn(path)()
+	defer w.helds.lock(path)()
 	r := journal.Record{Kind: journal.Held, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: path}}
 	for _, sf := range w.sfilesOf(path) {
 		sf.mu.Lock()
@@ -74,31 +73,4 @@ func (w *Files) sendHeld(path uint64) {
 	}
 	w.Send(r)
 	w.Ctr.Helds.Add(1)
-}
-
-// A turn serializes the Held records of one QID path (sendHeld).
-type turn struct {
-	mu   sync.Mutex
-	refs int // under Files.smu
-}
-
-// heldTurn waits for path's turn; the returned function ends it.
-func (w *Files) heldTurn(path uint64) func() {
-	w.smu.Lock()
-	t := w.turns[path]
-	if t == nil {
-		t = &turn{}
-		w.turns[path] = t
-	}
-	t.refs++
-	w.smu.Unlock()
-	t.mu.Lock()
-	return func() {
-		t.mu.Unlock()
-		w.smu.Lock()
-		if t.refs--; t.refs == 0 {
-			delete(w.turns, path)
-		}
-		w.smu.Unlock()
-	}
 }

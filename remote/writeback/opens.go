@@ -1,8 +1,6 @@
 package writeback
 
 import (
-	"sync"
-
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
 )
@@ -29,12 +27,6 @@ func (w *Files) Uncaches(tok layer.Token) uint64 {
 	return sf.uncaches
 }
 
-// openLock serializes one client's opens of a file.
-type openLock struct {
-	mu sync.Mutex
-	n  int // holders and waiters
-}
-
 // OpenLock holds path's open lock until the returned function runs: from
 // before its Tlopen until Opened has applied the answer. The server
 // answers opens in order, and the answers (the version, whether the file
@@ -46,23 +38,7 @@ func (w *Files) OpenLock(path uint64) func() {
 	if !w.sprite.Load() {
 		return func() {}
 	}
-	w.olmu.Lock()
-	l := w.olocks[path]
-	if l == nil {
-		l = &openLock{}
-		w.olocks[path] = l
-	}
-	l.n++
-	w.olmu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		w.olmu.Lock()
-		if l.n--; l.n == 0 {
-			delete(w.olocks, path)
-		}
-		w.olmu.Unlock()
-	}
+	return w.opens.lock(path)
 }
 
 // Opened applies an open's answer of the file tok: vers is the QID
