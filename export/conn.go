@@ -15,21 +15,22 @@ import (
 // conn is one client connection: its fids, the requests in flight by tag,
 // and the layer nodes its fids hold.
 type conn struct {
-	s      *Server
-	id     uint64
-	rw     io.ReadWriteCloser
-	peer   p9net.Peer         // who is at the other end: the uids it may attach as
-	warned atomic.Bool        // a refused attach was logged
-	ctx    context.Context    // ends with the connection: requests' parent
-	stop   context.CancelFunc // ends ctx
-	base   context.Context    // ctx without its end: for releases after it
-	msize  atomic.Uint32      // set by Tversion, in the loop
-	wmu    sync.Mutex         // one reply on the wire at a time
-	broken bool               // a reply failed: no more are sent (wmu)
-	slots  chan struct{}      // bounds the requests served at once
-	ord    order              // requests in flight by fid (order.go)
-	flight sync.WaitGroup     // requests in flight
-	seq    atomic.Uint64      // fids made (fid.seq)
+	s       *Server
+	id      uint64
+	rw      io.ReadWriteCloser
+	peer    p9net.Peer         // who is at the other end: the uids it may attach as
+	warned  atomic.Bool        // a refused attach was logged
+	ctx     context.Context    // ends with the connection: requests' parent
+	stop    context.CancelFunc // ends ctx
+	base    context.Context    // ctx without its end: for releases after it
+	msize   atomic.Uint32      // set by Tversion, in the loop
+	wmu     sync.Mutex         // one reply on the wire at a time
+	broken  bool               // a reply failed: no more are sent (wmu)
+	slots   chan struct{}      // bounds the requests served at once
+	waiting chan struct{}      // bounds those waiting out of their slots (unslot)
+	ord     order              // requests in flight by fid (order.go)
+	flight  sync.WaitGroup     // requests in flight
+	seq     atomic.Uint64      // fids made (fid.seq)
 
 	journal atomic.Pointer[jrnl] // the journal it opened, if any
 	fenced  atomic.Bool          // its client gave it up: nothing more is served (fence.go)

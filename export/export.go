@@ -353,7 +353,7 @@ func (s *Server) serve(ctx context.Context, rw io.ReadWriteCloser) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	c := &conn{s: s, id: s.nextConn.Add(1), rw: rw, peer: peerOf(rw), ctx: ctx, stop: cancel, base: context.WithoutCancel(ctx),
-		slots: make(chan struct{}, maxInFlight), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
+		slots: make(chan struct{}, maxInFlight), waiting: make(chan struct{}, maxWaiting), nodes: map[nodeKey]*nodeRec{}, fids: map[uint32]*fid{}, tags: map[uint16]*req{},
 		views: map[*root]uint32{}, ended: make(chan struct{})}
 	c.msize.Store(maxMsize)
 	defer close(c.ended)

@@ -93,8 +93,9 @@ type jrnl struct {
 	sprite     bool // the client follows Sprite's rules (its hello)
 	follows    bool // and takes Follow (journal.Follows in its hello)
 	delegates  bool // and takes delegations (journal.Delegates in its hello)
-	// late is the seq a name change's wait for this client gave up on:
-	// not waited for again until it applied that (namewait.go).
+	// late is the seq a wait for this client gave up on (a name
+	// change's, a write's): not waited for again until it applied that
+	// (waitJournals, namewait.go).
 	late uint64
 }
 
@@ -508,6 +509,46 @@ func (ctl *controller) others(but *jrnl) []*jrnl {
 		}
 	}
 	return js
+}
+
+// waitJournals waits until each of js has applied what was queued for
+// it, within timeout in all. One that lets it time out is late: not
+// waited for again until it has applied what it was late with, so a
+// stalled client costs the others one wait, not one a change (a stalled
+// follower of a write-shared file would otherwise hold up every write).
+func waitJournals(ctx context.Context, js []*jrnl, timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for i, j := range js {
+		if j.behind() {
+			continue
+		}
+		if !j.waitApplied(ctx, deadline.C) {
+			if ctx.Err() == nil {
+				for _, j := range js[i:] {
+					j.gaveUp()
+				}
+			}
+			return
+		}
+	}
+}
+
+// behind tells whether a wait gave up on j and it has not yet applied
+// what that wait waited for.
+func (j *jrnl) behind() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.base < j.late
+}
+
+// gaveUp marks j late at its newest record, unless it applied it.
+func (j *jrnl) gaveUp() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.base < j.last {
+		j.late = j.last
+	}
 }
 
 // waitApplied waits until the client has applied every record queued

@@ -81,7 +81,7 @@ func (ctl *controller) waitMarks(ctx context.Context, ms []jmark) {
 	expired := false
 	for _, m := range ms {
 		m.j.mu.Lock()
-		moved, last := m.j.last > m.last, m.j.last
+		moved := m.j.last > m.last
 		m.j.mu.Unlock()
 		if !moved {
 			continue
@@ -97,10 +97,6 @@ func (ctl *controller) waitMarks(ctx context.Context, ms []jmark) {
 			return
 		}
 		expired = true
-		m.j.mu.Lock()
-		if m.j.base < last {
-			m.j.late = last
-		}
-		m.j.mu.Unlock()
+		m.j.gaveUp()
 	}
 }

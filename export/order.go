@@ -16,8 +16,12 @@ import (
 // change what a fid is (make, open or clunk it), and those wait for every
 // earlier request on their fid. Reads, writes and the like of one fid
 // stay concurrent with each other: the journal's blocked Tread must not
-// hold up its Twrites. A waiting request holds its slot, but whatever it
-// waits for came first and holds one already.
+// hold up its Twrites. A waiting request holds its slot; what it waits
+// for came first and holds one too, or a waiting place (unslot) while it
+// waits on another party. So a client that sends more than the slots'
+// worth of requests behind its own open of a fid, which waits for its
+// own journal, holds every slot until that open ends (its recall
+// timeout): only it waits.
 
 // onFid is a request in flight on a fid.
 type onFid struct {

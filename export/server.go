@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,10 @@ const (
 	// maxInFlight bounds the requests of a connection served at once;
 	// more wait to be read.
 	maxInFlight = 64
+	// maxWaiting bounds a connection's requests waiting on another
+	// party out of their slots (unslot), each at most maxWaitingSize.
+	maxWaiting     = 256
+	maxWaitingSize = 4096
 )
 
 // writeTimeout bounds how long a reply may wait for the client to read
@@ -42,24 +47,43 @@ type req struct {
 	typs []uint8
 	fids []uint32 // the fids it is in order on (order.go)
 
-	slots chan struct{} // its connection's, one of which it holds
-	freed sync.Once
+	c     *conn
+	small bool        // its message is at most maxWaitingSize bytes
+	freed sync.Once   // its slot was given back
+	moved atomic.Bool // it holds a waiting place instead (unslot)
 }
 
 // freeSlot gives q's slot back, once: at its end, or when it starts to
 // wait on another party (unslot).
-func (q *req) freeSlot() { q.freed.Do(func() { <-q.slots }) }
+func (q *req) freeSlot() { q.freed.Do(func() { <-q.c.slots }) }
 
-// unslot gives the slot of ctx's request back as it starts to wait on
-// another party: a client's journal, a recall's answer. That party's
-// own requests may need a slot of this very connection (its journal
-// read, when the party is this client), and a connection whose every
-// slot a waiting request held would read nothing more until their
-// timeouts. Such a request still holds its fid and its order on it, so
-// their number stays bounded by the connection's fids (--max-fids).
+// end ends q's hold of its slot or waiting place.
+func (q *req) end() {
+	q.freeSlot()
+	if q.moved.Load() {
+		<-q.c.waiting
+	}
+}
+
+// unslot moves ctx's request from its slot to a waiting place as it
+// starts to wait on another party: a client's journal, a recall's
+// answer. That party's own requests may need a slot of this very
+// connection (its journal read, when the party is this client), and a
+// connection whose every slot a waiting request held would read nothing
+// more until their timeouts. Waiting places are few (maxWaiting) and
+// only for small messages (opens, name changes, journal records): a
+// Twrite keeps its slot, so a client cannot keep more than the slots'
+// worth of large messages waiting.
 func unslot(ctx context.Context) {
-	if q, ok := ctx.Value(reqKey{}).(*req); ok && q.slots != nil {
+	q, ok := ctx.Value(reqKey{}).(*req)
+	if !ok || q.c == nil || !q.small || !q.moved.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case q.c.waiting <- struct{}{}:
 		q.freeSlot()
+	default: // every place taken: it waits in its slot
+		q.moved.Store(false)
 	}
 }
 
@@ -135,7 +159,7 @@ func (c *conn) loop() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
-		q := &req{cancel: cancel, done: make(chan struct{}), slots: c.slots}
+		q := &req{cancel: cancel, done: make(chan struct{}), c: c, small: len(body) <= maxWaitingSize}
 		ctx = context.WithValue(ctx, reqKey{}, q)
 		c.mu.Lock()
 		_, dup := c.tags[h.Tag]
@@ -160,7 +184,7 @@ func (c *conn) loop() {
 		c.inflight.Add(1)
 		c.flight.Go(func() {
 			defer c.inflight.Add(-1)
-			defer q.freeSlot()
+			defer q.end()
 			defer close(q.done)
 			defer c.ord.leave(q)
 			defer cancel()

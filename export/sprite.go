@@ -592,11 +592,5 @@ func (sp *sprite) changed(ctx context.Context, k interestKey, c *conn) {
 	if shared {
 		js = append(js, sp.s.followersOf(k, c.journal.Load())...)
 	}
-	deadline := time.NewTimer(sp.recallTimeout)
-	defer deadline.Stop()
-	for _, j := range js {
-		if !j.waitApplied(ctx, deadline.C) {
-			return
-		}
-	}
+	waitJournals(ctx, js, sp.recallTimeout)
 }

@@ -111,13 +111,7 @@ func (sp *sprite) heldFrom(ctx context.Context, h *jrnl, r *journal.Record) {
 			js = append(js, j)
 		}
 	}
-	deadline := time.NewTimer(sp.recallTimeout)
-	defer deadline.Stop()
-	for _, j := range js {
-		if !j.waitApplied(ctx, deadline.C) {
-			return
-		}
-	}
+	waitJournals(ctx, js, sp.recallTimeout)
 }
 
 // overlayHeld puts into a, a Tgetattr's answer of k to c, the size and
