@@ -32,7 +32,7 @@ func (w *Files) Follow(tok layer.Token) {
 	for _, sf := range sfs {
 		sf.followed.Store(true)
 	}
-	go w.sendHeld(tok.Ino)
+	go w.sendHeld(tok.Ino, layer.Token{})
 }
 
 // Closing is told of each close of tok's file (close(2), not the
@@ -47,23 +47,27 @@ func (w *Files) Closing(tok layer.Token, write bool) {
 	if sf == nil || !sf.followed.Load() || !sf.hasDirty.Load() && !sf.toldHeld.Load() {
 		return // nothing delayed now, nor told before
 	}
-	w.sendHeld(tok.Ino)
+	w.sendHeld(tok.Ino, tok)
 }
 
-// sendHeld sends Held of path: the size and mtime of the one of its
-// files with delayed writes, or none. One at a time per QID path, each
+// sendHeld sends Held of path: the size and mtime of own's file (a
+// close's), or else (own zero: a Follow's) of the one of path's files
+// with delayed writes; or none. One at a time per QID path, each
 // made and sent after the last was answered, so that an older one never
 // lands last: the Held a Follow asked for of a file an unlink and create
 // had just replaced, made from the old file's state, once landed after
 // the new file's close told its size, and the server showed the new
 // file as empty.
-func (w *Files) sendHeld(path uint64) {
+func (w *Files) sendHeld(path uint64, own layer.Token) {
 	if w.Send == nil {
 		return
 	}
 	defer w.helds.lock(path)()
 	r := journal.Record{Kind: journal.Held, Qid: p9wire.Qid{Type: p9wire.QTFile, Path: path}}
 	for _, sf := range w.sfilesOf(path) {
+		if own.Gen != 0 && sf.tok != own {
+			continue // the removed file's: the close speaks of its own
+		}
 		sf.mu.Lock()
 		if d := sf.d; d != nil {
 			r.Fields = []journal.Field{journal.HeldField(uint64(d.size), d.mtime)}

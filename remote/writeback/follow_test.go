@@ -7,6 +7,7 @@ import (
 
 	"github.com/shalefs/shale/journal"
 	"github.com/shalefs/shale/layer"
+	"github.com/shalefs/shale/remote/cache"
 )
 
 // The Held records of one QID path land in the order they were made, of
@@ -19,7 +20,7 @@ func TestHeldInOrderAcrossReuse(t *testing.T) {
 	sent := make(chan journal.Record, 2)
 	slow := make(chan struct{})
 	var calls atomic.Int32
-	w := New(Config{Delay: time.Hour, Send: func(r journal.Record) {
+	w := New(Config{Delay: time.Hour, Cache: cache.New(100, cache.NewMemBlocks(1<<20)), Send: func(r journal.Record) {
 		if calls.Add(1) == 1 {
 			<-slow // the Follow's Held: its answer is late
 		}
@@ -35,7 +36,7 @@ func TestHeldInOrderAcrossReuse(t *testing.T) {
 	}
 	sf := w.sfileOf(created, true)
 	sf.mu.Lock()
-	sf.d = &dirty{}
+	sf.d = &dirty{since: time.Now()}
 	sf.d.write(0, []byte("new"))
 	sf.hasDirty.Store(true)
 	sf.mu.Unlock()
@@ -44,7 +45,10 @@ func TestHeldInOrderAcrossReuse(t *testing.T) {
 		w.Closing(created, true)
 		close(closed)
 	}()
-	time.Sleep(20 * time.Millisecond) // the close's Held would overtake now
+	// Without the order, the close's Held is sent now, past the Follow's.
+	for deadline := time.Now().Add(time.Second); calls.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	close(slow)
 	<-closed
 	<-sent
