@@ -52,12 +52,10 @@ func TestSharedMappingAcrossClients(t *testing.T) {
 		t.Fatalf("B read %q after A's mapping was closed (%v)", got[:11], err)
 	}
 
-	// A holds a shared writable mapping; B's fails.
-	fa = openRW(a)
-	ma, err := mapShared(fa, size)
-	if err != nil {
-		t.Fatalf("A's shared mapping: %v", err)
-	}
+	// A holds a shared writable mapping; B's fails. B's read closed the
+	// file, but its RELEASE may reach the server after A's open on a
+	// busy machine: the file is then write-shared for that open.
+	fa, ma := mapAlone(t, a, openRW, size)
 	copy(ma, "A again")
 	fb := openRW(b)
 	if mb, err := mapShared(fb, size); err == nil {
@@ -81,22 +79,30 @@ func TestSharedMappingAcrossClients(t *testing.T) {
 	fa.Close()
 
 	// Shared by nobody any more: B may map it, once A's close reached the
-	// server (the kernel sends FUSE's RELEASE after close(2) returns, so
-	// B's open may still find A's for a moment on a busy machine).
-	var mb []byte
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		fb = openRW(b)
-		if mb, err = mapShared(fb, size); err == nil {
-			break
-		}
-		fb.Close()
-		if !errors.Is(err, syscall.ENODEV) || time.Now().After(deadline) {
-			t.Fatalf("B's shared mapping once A closed the file: %v", err)
-		}
-	}
+	// server.
+	fb, mb := mapAlone(t, b, openRW, size)
 	if string(mb[:7]) != "A again" {
 		t.Errorf("B's mapping shows %q, want A's store", mb[:7])
 	}
 	unix.Munmap(mb)
 	fb.Close()
+}
+
+// mapAlone opens dir's shm and maps it shared and writable, once no other
+// client has it open: the kernel sends FUSE's RELEASE after close(2)
+// returns, so an open may still find another client's for a moment, and
+// be write-shared (ENODEV).
+func mapAlone(t *testing.T, dir string, openRW func(string) *os.File, size int) (*os.File, []byte) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		f := openRW(dir)
+		m, err := mapShared(f, size)
+		if err == nil {
+			return f, m
+		}
+		f.Close()
+		if !errors.Is(err, syscall.ENODEV) || time.Now().After(deadline) {
+			t.Fatalf("%s: a shared mapping of a file no other client has open: %v", dir, err)
+		}
+	}
 }
