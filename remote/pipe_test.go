@@ -23,20 +23,14 @@ func TestOpenPipelined(t *testing.T) {
 	a := spriteClient(t, x, "a", Options{})
 	f, h := create(t, a, "f")
 	h.Release(bg)
-	lopens := func() uint64 { return a.fs.Stats().Requests["lopen"] }
-	before := lopens()
-	release := holdWalks(t, x)
-	opened := make(chan layer.Errno, 1)
-	go func() {
-		h, e := f.Open(bg, unix.O_WRONLY)
-		if e == 0 {
+	var e layer.Errno
+	sentWithWalk(t, x, a, "lopen", func() {
+		var h layer.Handle
+		if h, e = f.Open(bg, unix.O_WRONLY); e == 0 {
 			h.Release(bg)
 		}
-		opened <- e
-	}()
-	waitUntil(t, "the Tlopen sent with its walk's reply held", func() bool { return lopens() > before })
-	release()
-	if e := <-opened; e != 0 {
+	})
+	if e != 0 {
 		t.Fatalf("open: %v", e)
 	}
 }
@@ -52,10 +46,8 @@ func TestListingPipelined(t *testing.T) {
 	h.Release(bg)
 	readdirs := func() uint64 { return a.fs.Stats().Requests["readdir"] }
 	before, piped := readdirs(), a.fs.Stats().Pipelined
-	release := holdWalks(t, x)
-	listed := make(chan []string, 1)
-	go func() { // no t here: the test's goroutine reports
-		var got []string
+	var got []string
+	sentWithWalk(t, x, a, "readdir", func() { // no t here: the test's goroutine reports
 		if ds, e := d.OpenDir(bg); e == 0 {
 			for ent, ok, e := ds.Next(bg); ok && e == 0; ent, ok, e = ds.Next(bg) {
 				if ent.Name != "." && ent.Name != ".." {
@@ -64,11 +56,8 @@ func TestListingPipelined(t *testing.T) {
 			}
 			ds.Close()
 		}
-		listed <- got
-	}()
-	waitUntil(t, "the Treaddir sent with its walk's reply held", func() bool { return readdirs() > before })
-	release()
-	if got := <-listed; !slices.Equal(got, []string{"x"}) {
+	})
+	if !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("listed %q, want [x]", got)
 	}
 	if n := readdirs() - before; n != 1 {
@@ -89,16 +78,11 @@ func TestLockPipelined(t *testing.T) {
 	if h.(*handle).everOpened() {
 		t.Fatal("the open was sent to the server: the test tests nothing")
 	}
-	locks := func() uint64 { return a.fs.Stats().Requests["lock"] }
-	before := locks()
-	release := holdWalks(t, x)
-	locked := make(chan layer.Errno, 1)
-	go func() {
-		locked <- h.Setlk(bg, 7, &layer.Lock{Type: unix.F_RDLCK, End: math.MaxUint64, Flock: true}, false)
-	}()
-	waitUntil(t, "the Tlock sent with its walk's reply held", func() bool { return locks() > before })
-	release()
-	if e := <-locked; e != 0 {
+	var e layer.Errno
+	sentWithWalk(t, x, a, "lock", func() {
+		e = h.Setlk(bg, 7, &layer.Lock{Type: unix.F_RDLCK, End: math.MaxUint64, Flock: true}, false)
+	})
+	if e != 0 {
 		t.Fatalf("flock: %v", e)
 	}
 	b := spriteClient(t, x, "b", Options{})
@@ -115,26 +99,38 @@ func TestCreatePipelined(t *testing.T) {
 	x := newSpriteServer(t, export.Options{})
 	a := spriteClient(t, x, "a", Options{})
 	d := mkdir(t, a, "d")
-	lcreates := func() uint64 { return a.fs.Stats().Requests["lcreate"] }
-	before := lcreates()
-	release := holdWalks(t, x)
-	made := make(chan layer.Errno, 1)
-	go func() {
+	var e layer.Errno
+	sentWithWalk(t, x, a, "lcreate", func() {
 		var at layer.Attr
-		_, h, e := d.Create(bg, "f", unix.O_WRONLY, 0o644, &at)
-		if e == 0 {
+		var h layer.Handle
+		if _, h, e = d.Create(bg, "f", unix.O_WRONLY, 0o644, &at); e == 0 {
 			h.Release(bg)
 		}
-		made <- e
-	}()
-	waitUntil(t, "the Tlcreate sent with its walk's reply held", func() bool { return lcreates() > before })
-	release()
-	if e := <-made; e != 0 {
+	})
+	if e != 0 {
 		t.Fatalf("create: %v", e)
 	}
 	if got := names(t, d); !slices.Equal(got, []string{"f"}) {
 		t.Fatalf("listed %q, want [f]", got)
 	}
+}
+
+// sentWithWalk runs op while x holds its Rwalk replies, and returns once
+// op has: it fails t unless client c sent a request of type req (its
+// stats' name) while a walk's reply was held, without waiting for it.
+func sentWithWalk(t *testing.T, x *spriteServer, c *node, req string, op func()) {
+	t.Helper()
+	count := func() uint64 { return c.fs.Stats().Requests[req] }
+	before := count()
+	release := holdWalks(t, x)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		op()
+	}()
+	waitUntil(t, "the T"+req+" sent with its walk's reply held", func() bool { return count() > before })
+	release()
+	<-done
 }
 
 // holdWalks holds x's Rwalk replies until release (or the test's end):
@@ -164,21 +160,11 @@ func TestLookupPipelined(t *testing.T) {
 	}
 	getattrs := func() uint64 { return a.fs.Stats().Requests["getattr"] }
 	before := getattrs()
-	release := holdWalks(t, x)
-	type answer struct {
-		size uint64
-		e    layer.Errno
-	}
-	looked := make(chan answer, 1)
-	go func() {
-		var at layer.Attr
-		_, e := a.Lookup(bg, "f", &at)
-		looked <- answer{at.Size, e}
-	}()
-	waitUntil(t, "the Tgetattr sent with its walk's reply held", func() bool { return getattrs() > before })
-	release()
-	if r := <-looked; r.e != 0 || r.size != 3 {
-		t.Fatalf("lookup: size %d, %v; want 3", r.size, r.e)
+	var at layer.Attr
+	var e layer.Errno
+	sentWithWalk(t, x, a, "getattr", func() { _, e = a.Lookup(bg, "f", &at) })
+	if e != 0 || at.Size != 3 {
+		t.Fatalf("lookup: size %d, %v; want 3", at.Size, e)
 	}
 	if n := getattrs() - before; n != 1 {
 		t.Errorf("the lookup sent %d Tgetattrs, want 1", n)
