@@ -63,7 +63,7 @@ func (jf *journalFid) free(context.Context)                {}
 func (p jpos) qid() p9wire.Qid {
 	switch p.typ {
 	case jRoot:
-		return p9wire.Qid{Type: p9wire.QTDir, Path: jpath(""), Vers: journal.FillsReaddir | journal.OrdersFids}
+		return p9wire.Qid{Type: p9wire.QTDir, Path: jpath(""), Vers: journal.FillsReaddir | journal.OrdersFids | journal.KeepsLocks}
 	case jStats:
 		return p9wire.Qid{Path: jpath(statsName)}
 	}

@@ -97,8 +97,9 @@ type ask struct {
 }
 
 type opens struct {
-	r, w int
-	sos  []*spriteOpen // the fids' opens, which an eviction revokes
+	r, w  int
+	locks int           // opens that took locks (sprite_deleg.go)
+	sos   []*spriteOpen // the fids' opens, which an eviction revokes
 }
 
 // spriteOpen is what an open fid registered, for its release.
@@ -108,6 +109,7 @@ type spriteOpen struct {
 	// revoked: its client failed a recall of the file since the open,
 	// and writes through it are refused (evict.go).
 	revoked atomic.Bool
+	locked  bool // a lock was taken through it (sp.mu; sprite_deleg.go)
 }
 
 func newSprite(s *Server, o *Options) *sprite {
@@ -532,6 +534,9 @@ func (sp *sprite) close(so *spriteOpen, c *conn) {
 		}
 		if i := slices.Index(o.sos, so); i >= 0 {
 			o.sos = slices.Delete(o.sos, i, i+1)
+		}
+		if so.locked {
+			o.locks--
 		}
 		if o.r <= 0 && o.w <= 0 {
 			delete(st.opens, c)

@@ -42,8 +42,8 @@ func (sp *sprite) grantLocked(st *fstate, c *conn, me *jrnl, shares, evicted boo
 		return true
 	}
 	for oc, o := range st.opens {
-		if o.w > 0 && oc != c {
-			return false
+		if oc != c && (o.w > 0 || o.locks > 0) {
+			return false // another writer, or locks the grantee would not see
 		}
 	}
 	for h := range st.dirty {
@@ -150,6 +150,34 @@ func (sp *sprite) reclaimDelegations(ctx context.Context, k interestKey, c *conn
 		if ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// locking is told of a Tlock that takes a lock (takes), or a Tgetlock,
+// through so by c (journal.KeepsLocks): other clients' delegations of
+// the file come back first, with the locks they kept, so that the
+// lock's conflicts are all here. A client answering a Return of the file
+// pushes its kept locks itself: those take nothing back, or two clients
+// pushing at once would wait for each other.
+func (sp *sprite) locking(ctx context.Context, so *spriteOpen, c *conn, takes bool) {
+	if !sp.s.opts.Delegate || so == nil {
+		return
+	}
+	me := c.journal.Load()
+	sp.mu.Lock()
+	st := sp.files[so.k]
+	if st == nil {
+		sp.mu.Unlock()
+		return
+	}
+	if o := st.opens[c]; takes && o != nil && !so.locked {
+		so.locked = true
+		o.locks++
+	}
+	_, pushing := st.returning[me]
+	sp.mu.Unlock()
+	if !pushing || me == nil {
+		sp.reclaimDelegations(ctx, so.k, c)
 	}
 }
 

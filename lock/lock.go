@@ -197,3 +197,42 @@ func (f *file) replace(owner uint64, lk *layer.Lock) {
 func (t *Table) Release(tok layer.Token, owner uint64, flock bool) {
 	t.Set(context.Background(), tok, owner, &layer.Lock{Start: 0, End: math.MaxUint64, Type: syscall.F_UNLCK, Flock: flock}, false)
 }
+
+// Held is a lock and its owner.
+type Held struct {
+	Owner uint64
+	layer.Lock
+}
+
+// Take removes every lock of tok and returns them: they move elsewhere
+// (a client's kept locks to its server); those waiting for them look
+// again.
+func (t *Table) Take(tok layer.Token) []Held {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.files[tok]
+	if f == nil {
+		return nil
+	}
+	hs := make([]Held, len(f.held))
+	for i, h := range f.held {
+		hs[i] = Held{h.owner, h.Lock}
+	}
+	delete(t.files, tok)
+	close(f.changed)
+	return hs
+}
+
+// Has tells whether owner holds a lock of tok of the kind flock says.
+func (t *Table) Has(tok layer.Token, owner uint64, flock bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.files[tok]; f != nil {
+		for _, h := range f.held {
+			if h.owner == owner && h.Flock == flock {
+				return true
+			}
+		}
+	}
+	return false
+}

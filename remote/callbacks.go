@@ -256,7 +256,7 @@ func (j *jreader) apply(r *journal.Record) {
 	}
 	var evs []layer.Event
 	if j.epoch != 0 && r.Epoch != j.epoch {
-		fs.wb.Undelegate(0)
+		fs.undelegate(0)
 		cc.DropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
@@ -272,9 +272,9 @@ func (j *jreader) apply(r *journal.Record) {
 		fs.wb.Follow(tok)
 	case r.Kind == journal.Return:
 		// Its handles open on the server: not on the journal's reader.
-		go fs.wb.Return(path, r.Seq)
+		go fs.wb.Return(path, r.Seq, fs.kept.pushPath)
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
-		fs.wb.Undelegate(0)
+		fs.undelegate(0)
 		cc.DropAll()
 		fs.ctr.resets.Add(1)
 		evs = append(evs, layer.Event{Kind: layer.Everything})
@@ -287,7 +287,7 @@ func (j *jreader) apply(r *journal.Record) {
 			}(r.Seq)
 		}
 	case !r.Known():
-		fs.wb.Undelegate(path)
+		fs.undelegate(path)
 		cc.Drop(path)
 		if r.Qid.Type&p9wire.QTDir != 0 {
 			evs = append(evs, layer.Event{Kind: layer.Everything})
@@ -298,7 +298,7 @@ func (j *jreader) apply(r *journal.Record) {
 		for _, f := range r.Fields {
 			switch f.Type {
 			default: // journal.Whole, or another that says as much
-				fs.wb.Undelegate(path)
+				fs.undelegate(path)
 				cc.Drop(path)
 				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok})
 				if r.Qid.Type&p9wire.QTDir != 0 {
@@ -308,7 +308,7 @@ func (j *jreader) apply(r *journal.Record) {
 				cc.DropAttrs(path)
 				evs = append(evs, layer.Event{Kind: layer.Attrs, Token: tok})
 			case journal.Data:
-				fs.wb.Undelegate(path) // a change the server did not take it back for
+				fs.undelegate(path) // a change the server did not take it back for
 				cc.DropData(path, f.Off, f.Len)
 				evs = append(evs, layer.Event{Kind: layer.Data, Token: tok, Off: int64(f.Off), Len: int64(f.Len)})
 			case journal.Entry:

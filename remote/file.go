@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"syscall"
 	"time"
@@ -85,12 +84,11 @@ func (h *handle) useRiding(ctx context.Context, ride *session.Ride) (*session.Co
 		// The server dropped its locks with the connection; whoever
 		// thought it held them learns at its next lock call.
 		h.locksLost = true
-		for o := range h.owners {
+		for o := range h.takeOwnersLocked() {
 			if o.flock {
 				h.fs.procUnref(o.owner) // the handle's flock hold
 			}
 		}
-		h.owners = nil
 	}
 	h.c, h.fid, h.iounit = c, fid, iounit
 	return c, fid, iounit, 0
@@ -281,9 +279,10 @@ func (h *handle) takePosix(owner uint64) (uint32, bool) {
 // through whichever descriptor; the server's lock owner is the same on
 // every fid of the connection.
 func (h *handle) Flush(ctx context.Context, owner uint64) layer.Errno {
+	h.flushKept(owner)
 	proc, held := h.takePosix(owner)
 	h.mu.Lock()
-	delete(h.owners, lockOwner{owner, false})
+	h.delOwnerLocked(lockOwner{owner, false})
 	h.mu.Unlock()
 	if held {
 		if c, fid, _, e := h.use(ctx); e == 0 {
@@ -331,9 +330,10 @@ func (h *handle) Fsync(ctx context.Context, datasync bool) layer.Errno {
 // Release clunks the fid; flock locks taken through the handle go with
 // the open file, as the kernel sends no unlock for them.
 func (h *handle) Release(ctx context.Context) layer.Errno {
+	h.releaseKept()
 	h.mu.Lock()
-	c, fid, owners := h.c, h.fid, h.owners
-	h.released, h.owners = true, nil
+	c, fid, owners := h.c, h.fid, h.takeOwnersLocked()
+	h.released = true
 	h.mu.Unlock()
 	h.fs.wb.Released(h.n.tok, h)
 	live := c != nil && c.Alive()
@@ -395,201 +395,4 @@ func (h *handle) Lseek(ctx context.Context, off int64, whence int) (int64, layer
 // to reading and writing.
 func (h *handle) CopyFileRange(ctx context.Context, off int64, dst layer.Handle, dstOff int64, n int, flags uint32) (int, layer.Errno) {
 	return 0, syscall.EOPNOTSUPP
-}
-
-// wireLock maps a lock to Tlock's type, start and length (0: to the end).
-func wireLock(lk *layer.Lock) (uint8, uint64, uint64) {
-	typ := uint8(p9wire.LockUnlock)
-	switch lk.Type {
-	case syscall.F_RDLCK:
-		typ = p9wire.LockRead
-	case syscall.F_WRLCK:
-		typ = p9wire.LockWrite
-	}
-	if lk.Flock {
-		return typ, 0, 0
-	}
-	var length uint64
-	if lk.End != math.MaxUint64 && lk.End <= math.MaxInt64 {
-		length = lk.End - lk.Start + 1
-	}
-	return typ, lk.Start, length
-}
-
-// lostLocks reports, once, that the handle's locks went with a lost
-// connection: the caller's lock call fails with EIO rather than let a
-// process that thinks it holds a lock go on without it unawares.
-func (h *handle) lostLocks() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	lost := h.locksLost
-	h.locksLost = false
-	return lost
-}
-
-// Setlk takes the lock on the server, under this client's id and a
-// proc_id for owner, so it conflicts with other clients' locks. The server
-// is never asked to block (a blocked request would hold a server thread
-// and our request past its timeout): with wait, Tlock is retried with
-// backoff until it is granted or ctx ends (EINTR).
-//
-// Locks are the server's and do not survive a lost connection: the first
-// lock call on a handle that held locks then fails with EIO, after which
-// the handle starts afresh with none.
-func (h *handle) Setlk(ctx context.Context, owner uint64, lk *layer.Lock, wait bool) layer.Errno {
-	typ, start, length := wireLock(lk)
-	proc := h.fs.procRef(owner)
-	defer h.fs.procUnref(owner)
-	// A handle never opened on the server (a delegated open) holds no
-	// locks there to have lost: its first Tlock goes with its open.
-	var ride *session.Ride
-	var first p9wire.LockReply
-	if !h.everOpened() {
-		ride = &session.Ride{Make: func(_ *session.Conn, fid uint32) (p9wire.Message, p9wire.Message) {
-			return &p9wire.Lock{Fid: fid, LockType: typ, Start: start, Length: length, ProcID: proc, ClientID: h.fs.clientID}, &first
-		}}
-	}
-	c, fid, _, e := h.useRiding(ctx, ride)
-	if e != 0 {
-		return e
-	}
-	if h.lostLocks() {
-		return syscall.EIO
-	}
-	delay := 10 * time.Millisecond
-	for {
-		var st uint8
-		var err error
-		if ride != nil && ride.Sent {
-			st, err = first.Status, ride.Err
-		} else {
-			st, err = c.Lock(fid, typ, start, length, proc, h.fs.clientID)
-		}
-		ride = nil
-		if err != nil {
-			return session.Errno(err)
-		}
-		switch st {
-		case p9wire.LockSuccess:
-			o := lockOwner{owner, lk.Flock}
-			h.mu.Lock()
-			had := h.owners[o]
-			if typ != p9wire.LockUnlock {
-				if h.owners == nil {
-					h.owners = map[lockOwner]bool{}
-				}
-				h.owners[o] = true
-			} else if lk.Flock || start == 0 && length == 0 {
-				delete(h.owners, o)
-			}
-			h.mu.Unlock()
-			switch {
-			case lk.Flock && typ != p9wire.LockUnlock && !had:
-				h.fs.procRef(owner) // the handle's flock hold
-			case lk.Flock && typ == p9wire.LockUnlock && had:
-				h.fs.procUnref(owner)
-			case !lk.Flock && typ != p9wire.LockUnlock:
-				h.holdPosix(owner)
-			case !lk.Flock && start == 0 && length == 0:
-				// An unlock of the whole file: the owner holds none there.
-				if _, held := h.takePosix(owner); held {
-					h.fs.procUnref(owner)
-				}
-			}
-			return 0
-		case p9wire.LockBlocked, p9wire.LockGrace:
-			if !wait {
-				return syscall.EAGAIN
-			}
-		default:
-			return syscall.ENOLCK
-		}
-		select {
-		case <-ctx.Done():
-			return syscall.EINTR
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, time.Second)
-		if c, fid, _, e = h.use(ctx); e != 0 {
-			return e
-		}
-		if h.lostLocks() {
-			return syscall.EIO
-		}
-	}
-}
-
-// probeOwner takes the probe locks of Getlk; no kernel lock owner is it.
-const probeOwner = math.MaxUint64
-
-// Getlk asks the server with Tgetlock. Servers without it (hugelgupf/p9's,
-// which shale serve is built on, answers an error) are probed instead:
-// Tlock under a probe owner on a fid opened for the purpose, undone at
-// once when granted. The probe has two flaws: while it holds its lock,
-// another client's request can be refused; and it cannot tell the
-// caller's own locks from others', so a lock the owner itself holds over
-// the range is reported as a conflict (F_GETLK ignores one's own). A
-// conflict is reported as a write lock over the asked range with no pid,
-// as the server does not say whose lock it is.
-func (h *handle) Getlk(ctx context.Context, owner uint64, lk *layer.Lock) layer.Errno {
-	c, fid, _, e := h.use(ctx)
-	if e != 0 {
-		return e
-	}
-	if h.lostLocks() {
-		return syscall.EIO
-	}
-	typ, start, length := wireLock(lk)
-	if typ == p9wire.LockUnlock {
-		return syscall.EINVAL
-	}
-	if !h.fs.noGetlock.Load() {
-		r := p9wire.Getlock{R: true}
-		err := c.RPC(&p9wire.Getlock{Fid: fid, LockType: typ, Start: start, Length: length, ProcID: h.fs.procRef(owner), ClientID: h.fs.clientID}, &r)
-		h.fs.procUnref(owner)
-		if err == nil {
-			rtyp, rstart, rlen := r.LockType, r.Start, r.Length
-			if rtyp == p9wire.LockUnlock {
-				lk.Type = syscall.F_UNLCK
-				return 0
-			}
-			lk.Type = syscall.F_WRLCK
-			if rtyp == p9wire.LockRead {
-				lk.Type = syscall.F_RDLCK
-			}
-			lk.Start, lk.End = rstart, math.MaxUint64
-			if rlen != 0 {
-				lk.End = rstart + rlen - 1
-			}
-			lk.Pid = 0 // the holder's proc_id is another client's numbering
-			return 0
-		}
-		if errors.Is(err, session.ErrLost) {
-			return syscall.EIO
-		}
-		h.fs.noGetlock.Store(true)
-		h.fs.log.Debug("9p server has no Tgetlock: probing with Tlock", "err", err)
-	}
-	pfid, _, _, e := h.n.openFid(c, h.who, h.flags&unix.O_ACCMODE, nil)
-	if e != 0 {
-		return e
-	}
-	defer c.Clunk(pfid)
-	proc := h.fs.procRef(probeOwner)
-	defer h.fs.procUnref(probeOwner)
-	st, err := c.Lock(pfid, typ, start, length, proc, h.fs.clientID)
-	if err != nil {
-		return session.Errno(err)
-	}
-	switch st {
-	case p9wire.LockSuccess:
-		c.Lock(pfid, p9wire.LockUnlock, start, length, proc, h.fs.clientID)
-		lk.Type = syscall.F_UNLCK
-	case p9wire.LockBlocked, p9wire.LockGrace:
-		lk.Type = syscall.F_WRLCK
-		lk.Pid = 0
-	default:
-		return syscall.ENOLCK
-	}
-	return 0
 }

@@ -75,6 +75,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		// them (writeback/deleg.go).
 		return h, 0
 	}
+	if flags&(unix.O_ACCMODE|unix.O_TRUNC) != unix.O_RDONLY {
+		// The server may end this client's delegation as it answers:
+		// the locks kept under it go there first (keptlocks.go).
+		n.fs.kept.push(ctx, n.tok)
+	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	if flags&unix.O_TRUNC != 0 {
 		if e := n.fs.wb.BeforeTrunc(ctx, n.tok); e != 0 {

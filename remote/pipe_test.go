@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,9 +69,14 @@ func TestListingPipelined(t *testing.T) {
 
 // A lock through a delegated open, which the server has not seen, goes
 // with the file's walk and Tlopen: the Tlock is sent while the walk's
-// reply is held. Another client's lock of the file then waits for it.
+// reply is held. (A shared lock is kept under the delegation, unless the
+// file holds locks on the server: here another owner's write lock.)
+// Another client's lock of the file then waits for it.
 func TestLockPipelined(t *testing.T) {
 	x, a, f := delegated(t, "data")
+	hw := open(t, f, unix.O_RDWR)
+	defer hw.Release(bg)
+	must(t, hw.Setlk(bg, 9, &layer.Lock{Type: unix.F_WRLCK, Start: 100, End: 100}, false), "owner 9's write lock")
 	h := open(t, f, unix.O_RDONLY)
 	defer h.Release(bg)
 	if h.(*handle).everOpened() {
@@ -80,16 +84,16 @@ func TestLockPipelined(t *testing.T) {
 	}
 	var e layer.Errno
 	sentWithWalk(t, x, a, "lock", func() {
-		e = h.Setlk(bg, 7, &layer.Lock{Type: unix.F_RDLCK, End: math.MaxUint64, Flock: true}, false)
+		e = h.Setlk(bg, 7, &layer.Lock{Type: unix.F_RDLCK, End: 9}, false)
 	})
 	if e != 0 {
-		t.Fatalf("flock: %v", e)
+		t.Fatalf("read lock: %v", e)
 	}
 	b := spriteClient(t, x, "b", Options{})
 	hb := open(t, lookup(t, b, "f"), unix.O_RDWR)
 	defer hb.Release(bg)
-	if e := hb.Setlk(bg, 8, &layer.Lock{Type: unix.F_WRLCK, End: math.MaxUint64, Flock: true}, false); e != unix.EAGAIN {
-		t.Fatalf("b's flock(LOCK_EX) of a file a holds locked: %v, want EAGAIN", e)
+	if e := hb.Setlk(bg, 8, &layer.Lock{Type: unix.F_WRLCK, End: 9}, false); e != unix.EAGAIN {
+		t.Fatalf("b's write lock of bytes a holds locked: %v, want EAGAIN", e)
 	}
 }
 

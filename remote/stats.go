@@ -32,10 +32,11 @@ type counters struct {
 	bytesFromServer  atomic.Uint64
 	journalRequests  atomic.Uint64 // Treads of the journal, counted apart from reqs
 
-	readBytes, writeBytes atomic.Uint64 // as programs read and wrote them
-	staleOpens            atomic.Uint64 // opens of a node no name names now (revalidate.go)
-	dirOpensUnsent        atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
-	lookupsAhead          atomic.Uint64 // lookups made ahead of the kernel's READDIRPLUS (ahead.go)
+	readBytes, writeBytes  atomic.Uint64 // as programs read and wrote them
+	staleOpens             atomic.Uint64 // opens of a node no name names now (revalidate.go)
+	dirOpensUnsent         atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
+	lookupsAhead           atomic.Uint64 // lookups made ahead of the kernel's READDIRPLUS (ahead.go)
+	locksKept, locksPushed atomic.Uint64 // lock calls served under a delegation; kept locks taken to the server (keptlocks.go)
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -70,6 +71,10 @@ type SpriteStats struct {
 	Delegations    uint64 `json:"delegations"`
 	OpensDelegated uint64 `json:"opens_delegated"`
 	Returns        uint64 `json:"delegations_returned"`
+	// Lock calls (fcntl, flock) answered under a delegation without a
+	// request, and kept locks later taken to the server.
+	LocksKept   uint64 `json:"locks_kept"`
+	LocksPushed uint64 `json:"locks_pushed"`
 	// TimesKept are the owner's settings of times kept with delayed
 	// writes: each saved a Tsetattr and a Tgetattr, and a write-back
 	// before them.
@@ -166,6 +171,7 @@ func (fs *FS) spriteStats() *SpriteStats {
 		Opens: w.Opens.Load(), OpensStale: w.OpensStale.Load(), OpensNoCache: w.OpensNoCache.Load(), OpensRenamed: fs.ctr.staleOpens.Load(),
 		Recalls: w.Recalls.Load(), Uncaches: w.Uncaches.Load(), Cleans: w.Cleans.Load(), Helds: w.Helds.Load(), ReclaimsRefused: w.ReclaimsRefused.Load(),
 		Delegations: w.Delegations.Load(), OpensDelegated: w.OpensDelegated.Load(), Returns: w.Returns.Load(),
+		LocksKept: c.locksKept.Load(), LocksPushed: c.locksPushed.Load(),
 		TimesKept: w.TimesKept.Load(),
 		Size:      fs.wb.Sizes()}
 	if fs.wb.Delay > 0 {

@@ -233,7 +233,7 @@ func TestPrintStatsSprite(t *testing.T) {
 		Discarded: 3000, Lost: 7, DirtyBytes: 4096, DirtyFiles: 2,
 		WriteBacks: map[string]uint64{"age": 3, "fsync": 1, "recall": 0},
 		Opens:      200, OpensStale: 10, OpensNoCache: 1, Recalls: 4, Uncaches: 2, ReclaimsRefused: 0,
-		Delegations: 5, Returns: 2, OpensDelegated: 40, TimesKept: 6,
+		Delegations: 5, Returns: 2, OpensDelegated: 40, TimesKept: 6, LocksKept: 9, LocksPushed: 1,
 	}})
 	out = b.String()
 	for _, want := range []string{
@@ -245,6 +245,7 @@ func TestPrintStatsSprite(t *testing.T) {
 		"opens        200",
 		"5.0% of opens", // stale
 		"delegations  5 granted, 2 returned; 40 opens without a request (120 requests saved)",
+		"locks kept   9 lock calls answered under delegations (9 requests saved); 1 locks pushed",
 		"times kept   6 settings of times kept with delayed writes (12 requests saved",
 	} {
 		if !strings.Contains(out, want) {

@@ -282,6 +282,9 @@ func printSprite(w io.Writer, sp *remote.SpriteStats) {
 	// its clunk.
 	fmt.Fprintf(w, "delegations  %d granted, %d returned; %d opens without a request (%d requests saved)\n",
 		sp.Delegations, sp.Returns, sp.OpensDelegated, 3*sp.OpensDelegated)
+	// A lock call kept under a delegation skips its Tlock or Tgetlock.
+	fmt.Fprintf(w, "locks kept   %d lock calls answered under delegations (%d requests saved); %d locks pushed to the server since\n",
+		sp.LocksKept, sp.LocksKept, sp.LocksPushed)
 	// A kept setting of times skips its Tsetattr and Tgetattr, and the
 	// write-back it would have made first.
 	fmt.Fprintf(w, "times kept   %d settings of times kept with delayed writes (%d requests saved, and their write-backs)\n",

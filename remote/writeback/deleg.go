@@ -37,11 +37,25 @@ func (w *Files) OpenDelegated(tok layer.Token, h Writer) bool {
 	return true
 }
 
+// Delegated tells whether this client holds a delegation of tok's file
+// now (and is connected).
+func (w *Files) Delegated(tok layer.Token) bool {
+	sf := w.sfileOf(tok, false)
+	if sf == nil || !w.Session.Live() {
+		return false
+	}
+	sf.vmu.Lock()
+	defer sf.vmu.Unlock()
+	return sf.deleg && !sf.gone && !sf.uncached.Load()
+}
+
 // Return answers a Return of path (record seq): the delegation goes,
-// each handle of the file opens on the server, then Returned says so.
-// Not on the journal's reader: it takes requests, and the server answers
-// those opens once this client's journal has applied what it queued.
-func (w *Files) Return(path, seq uint64) {
+// each handle of the file opens on the server, then pushes (the locks
+// kept under it go to the server: remote's keptlocks.go), then Returned
+// says so. Not on the journal's reader: it takes requests, and the
+// server answers those opens once this client's journal has applied
+// what it queued.
+func (w *Files) Return(path, seq uint64, push func(path uint64)) {
 	var hs []Writer
 	for _, sf := range w.sfilesOf(path) {
 		sf.vmu.Lock()
@@ -54,6 +68,7 @@ func (w *Files) Return(path, seq uint64) {
 	for _, h := range hs {
 		h.Hold(context.Background())
 	}
+	push(path)
 	w.Ctr.Returns.Add(1)
 	w.Send(journal.Record{Kind: journal.Returned, Seq: seq, Qid: p9wire.Qid{Path: path}})
 }

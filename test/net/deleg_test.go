@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Three mounts of a server that delegates (issue 27). A makes a file
@@ -67,6 +69,49 @@ func TestDelegationWriterThreeClients(t *testing.T) {
 	}
 	if ss := serverStats(t, addr); ss["sprite.recall.timeouts"] != 0 {
 		t.Errorf("the server gave up %d recalls or returns", ss["sprite.recall.timeouts"])
+	}
+}
+
+// A's shared flock of a file it holds a delegation of is kept on A (no
+// request), and B's exclusive one is refused while A holds it: B's open
+// for writing takes A's delegation back, and the lock with it. Once A's
+// goes, B's is granted, and A's next shared one waits for B's.
+func TestKeptLocksAcrossMounts(t *testing.T) {
+	_, _, _, url := spriteServer(t, "--delegate")
+	a, b := mount(t, url), mount(t, url)
+	writeFile(t, filepath.Join(a, "f"), []byte("data"), 0o644)
+	mustRead(t, filepath.Join(a, "f")) // the creator's first open for reading asks
+	fa, err := os.Open(filepath.Join(a, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	before := spriteStats(t, a)
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatalf("A's shared flock: %v", err)
+	}
+	if n := num(spriteStats(t, a), "locks_kept") - num(before, "locks_kept"); n != 1 {
+		t.Fatalf("A's shared flock under its delegation: %v lock calls kept, want 1", n)
+	}
+	fb, err := os.OpenFile(filepath.Join(b, "f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if err := unix.Flock(int(fb.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != unix.EWOULDBLOCK {
+		t.Fatalf("B's exclusive flock while A holds a shared one: %v, want EWOULDBLOCK", err)
+	}
+	if n := num(spriteStats(t, a), "locks_pushed"); n != 1 {
+		t.Fatalf("A pushed %v locks, want 1", n)
+	}
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatalf("A's unlock: %v", err)
+	}
+	if err := unix.Flock(int(fb.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("B's exclusive flock once A's went: %v", err)
+	}
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != unix.EWOULDBLOCK {
+		t.Fatalf("A's shared flock while B holds an exclusive one: %v, want EWOULDBLOCK", err)
 	}
 }
 
