@@ -36,6 +36,7 @@ type controller struct {
 	maxAge                     time.Duration
 	nameWait                   time.Duration // Options.NameWait, its default made (namewait.go)
 	made, sent, resets, queued atomic.Int64  // records (stats)
+	late                       atomic.Int64  // waits that gave up on a journal (stats)
 	bytes, idleBytes           atomic.Int64  // all journals', and those without a connection (jbounds.go)
 
 	mu       sync.Mutex
@@ -547,6 +548,9 @@ func (j *jrnl) gaveUp() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.base < j.last {
+		if j.late < j.last {
+			j.ctl.late.Add(1)
+		}
 		j.late = j.last
 	}
 }

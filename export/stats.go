@@ -102,6 +102,7 @@ func (s *Server) stats() []byte {
 	line("records.made", ctl.made.Load())
 	line("records.sent", ctl.sent.Load())
 	line("resets", ctl.resets.Load())
+	line("journals.late", ctl.late.Load())
 	line("journals.bytes", ctl.bytes.Load())
 	line("journals.bytes.abandoned", ctl.idleBytes.Load())
 	line("epoch", ctl.epoch)
