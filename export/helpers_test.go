@@ -28,6 +28,7 @@ type counts struct {
 	view                        atomic.Uint32 // Caller.View of the last write
 	overflow                    atomic.Int64  // reads and writes whose end overflows
 	hang                        chan struct{} // what a Lookup of hangName waits for
+	hanging                     atomic.Int64  // Lookups of hangName waiting for it
 	// dirFail, if not 0: the next stream to have returned that many
 	// entries fails its next Next once, with EIO.
 	dirFail atomic.Int64
@@ -96,6 +97,7 @@ func (n *cnode) Lookup(ctx context.Context, name string, out *layer.Attr) (layer
 		<-ctx.Done()
 		return nil, syscall.EINTR
 	case hangName:
+		n.c.hanging.Add(1)
 		<-n.c.hang
 		return nil, syscall.ENOENT
 	}

@@ -220,8 +220,17 @@ func TestFlushesInFlight(t *testing.T) {
 	r.c.SetDeadline(time.Time{})
 	go io.Copy(io.Discard, r.c)
 	before := f.s.Requests()
+	// The flushes go once the walk hangs: one that came before would
+	// end it before it reached the layer, and the rest would not wait.
+	if _, err := r.c.Write(twalk(1, 0, 1, hangName)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); f.c.hanging.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the walk never reached the layer")
+		}
+	}
 	go func() {
-		r.c.Write(twalk(1, 0, 1, hangName))
 		for i := range 500 {
 			if _, err := r.c.Write(frame(tFlush, uint16(10+i), uint16(1))); err != nil {
 				return

@@ -2,12 +2,15 @@ package net
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // SQLite across two 9P clients (issue 23). In rollback-journal mode a
@@ -80,6 +83,12 @@ func (s *sqliteShell) close() {
 		s.cmd.Wait()
 		s.in = nil
 	}
+}
+
+// mapsShm tells whether process pid has a database's index (-shm) mapped.
+func mapsShm(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	return err == nil && bytes.Contains(b, []byte("-shm"))
 }
 
 // sqliteOnce runs one sqlite3 process on db: its output and whether it
@@ -165,10 +174,30 @@ func sqliteWALWriters(t *testing.T) {
 		for i := range txns {
 			fmt.Fprintf(&s, "BEGIN IMMEDIATE;\nINSERT INTO t(w, n, pad) VALUES(%d, %d, randomblob(200));\nCOMMIT;\n", w, i)
 		}
+		cmd := exec.Command("sqlite3", "-bail", db)
+		cmd.Stdin = strings.NewReader(".timeout 120000\n" + s.String())
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
 		go func() {
-			out, ok := sqliteOnce(db, s.String())
-			res <- result{out, ok}
+			err := cmd.Wait()
+			close(done)
+			res <- result{strings.TrimSpace(out.String()), err == nil}
 		}()
+		// The second starts once the first has mapped the index (or
+		// ended): an open of it by the second before that would make
+		// it write-shared, and the first's mapping would fail too.
+		for w == 0 && !mapsShm(cmd.Process.Pid) {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Millisecond):
+				continue
+			}
+			break
+		}
 	}
 	succeeded := 0
 	for range 2 {
@@ -185,7 +214,7 @@ func sqliteWALWriters(t *testing.T) {
 	// Each writer that succeeded has all its rows; the other has those
 	// it committed before it failed, in order. The database is whole.
 	if succeeded == 0 {
-		t.Error("both writers failed: the first to map the index should not")
+		t.Error("both writers failed: the first, which mapped the index alone, should not")
 	}
 	out, ok := sqliteOnce(dbs[0], "SELECT w, count(*), count(DISTINCT n), max(n)+1 FROM t GROUP BY w;\nPRAGMA integrity_check;\n")
 	t.Logf("%d of 2 writers succeeded; by writer: rows, distinct, max+1: %q", succeeded, out)
