@@ -33,8 +33,13 @@ func (n *node) Getattr(ctx context.Context, h layer.Handle, out *layer.Attr) lay
 // getattr asks the server, and caches the answer unless a change since
 // crossed it.
 func (n *node) getattr(ctx context.Context, h layer.Handle, out *layer.Attr, since uint64) layer.Errno {
-	cc := n.fs.cc
 	n.fs.miss(kindStat)
+	return n.fetchAttr(ctx, h, out, since)
+}
+
+// fetchAttr is getattr's request, for getattr and refreshes.
+func (n *node) fetchAttr(ctx context.Context, h layer.Handle, out *layer.Attr, since uint64) layer.Errno {
+	cc := n.fs.cc
 	c, fid, done, e := n.fidFor(ctx, h)
 	defer done()
 	if e != 0 {

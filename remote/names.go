@@ -59,7 +59,7 @@ func (n *node) make(ctx context.Context, name string, out *layer.Attr, mk func(c
 	if err := mk(c, dfid, id); err != nil {
 		return nil, session.Errno(err)
 	}
-	n.fs.cc.DropEntry(n.tok.Ino, name)
+	n.ownEntryChanged(ctx, name)
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	ch, e := n.child(c, dfid, id.who, name, nil, out, n.fs.cc.Snap())
 	if e != 0 {
@@ -141,7 +141,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, session.Errno(err)
 	}
 	q, iounit := r.Qid, r.Iounit
-	n.fs.cc.DropEntry(n.tok.Ino, name)
+	n.ownEntryChanged(ctx, name)
 	n.fs.cc.DropData(q.Path, 0, 0) // O_TRUNC, or an old file's QID reused
 	n.fs.raise(ctx, layer.Entries, n.tok, name)
 	// The node must be the file the handle has open: not what the name
@@ -204,7 +204,7 @@ func (n *node) remove(ctx context.Context, name string, flags uint32) layer.Errn
 	for _, p := range known {
 		n.fs.wb.Unlinked(p, links[p])
 	}
-	n.fs.cc.DropEntry(n.tok.Ino, name)
+	n.ownEntryChanged(ctx, name)
 	for _, p := range known {
 		n.fs.cc.DropAttrs(p) // links and ctime
 	}
@@ -333,8 +333,8 @@ func (n *node) Rename(ctx context.Context, name string, newDir layer.Node, newNa
 	for _, p := range replaced {
 		n.fs.wb.Unlinked(p, links[p])
 	}
-	n.fs.cc.DropEntry(n.tok.Ino, name)
-	n.fs.cc.DropEntry(d.tok.Ino, newName)
+	n.ownEntryChanged(ctx, name)
+	d.ownEntryChanged(ctx, newName)
 	for _, p := range known {
 		n.fs.cc.DropAttrs(p) // the moved file's ctime, the replaced one's links
 	}

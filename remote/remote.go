@@ -172,7 +172,8 @@ type FS struct {
 
 	wb *writeback.Files // Sprite's rules: delayed writes, opens' versions
 
-	kept keptLocks // locks kept under delegations (keptlocks.go)
+	kept    keptLocks // locks kept under delegations (keptlocks.go)
+	refresh refreshes // directories to ask attributes of again (refresh.go)
 
 	noGetlock  atomic.Bool // the server answered Tgetlock with an error
 	noRenameat atomic.Bool // the server lacks Trenameat

@@ -37,6 +37,8 @@ type counters struct {
 	dirOpensUnsent         atomic.Uint64 // directory opens closed without reaching the server (OpenDir)
 	lookupsAhead           atomic.Uint64 // lookups made ahead of the kernel's READDIRPLUS (ahead.go)
 	locksKept, locksPushed atomic.Uint64 // lock calls served under a delegation; kept locks taken to the server (keptlocks.go)
+	dirsRefreshed          atomic.Uint64 // directories' attributes asked again after own changes (refresh.go)
+	listsRefreshed         atomic.Uint64 // and their listings
 }
 
 // SpriteStats are the counters of Sprite's tables (seeds/001) for a
@@ -109,6 +111,11 @@ type Stats struct {
 	// several at once (ahead.go): each a walk, a Tgetattr and a clunk,
 	// whose round trips overlap.
 	LookupsAhead uint64 `json:"lookups_ahead"`
+	// DirsRefreshed and ListsRefreshed are directories whose attributes,
+	// and listings, were asked again in the background after this client
+	// changed their names (refresh.go).
+	DirsRefreshed  uint64 `json:"dirs_refreshed"`
+	ListsRefreshed uint64 `json:"lists_refreshed"`
 	// Pipelined are requests sent behind another without waiting for
 	// its reply (a Twalk and the Tlopen of the fid it makes): each a
 	// round trip saved.
@@ -155,6 +162,8 @@ func (fs *FS) Stats() Stats {
 	s.CachedFiles, s.CachedBytes = fs.cc.Size()
 	s.DirOpensUnsent = fs.ctr.dirOpensUnsent.Load()
 	s.LookupsAhead = fs.ctr.lookupsAhead.Load()
+	s.DirsRefreshed = fs.ctr.dirsRefreshed.Load()
+	s.ListsRefreshed = fs.ctr.listsRefreshed.Load()
 	s.Pipelined = fs.ctr.Piped.Load()
 	if fs.wb.Sprite() {
 		s.Sprite = fs.spriteStats()

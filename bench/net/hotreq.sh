@@ -48,7 +48,7 @@ fi
 (cd "$w/mnt/build" && go build -o tomlv ./cmd/tomlv)
 "$shale" stats --json "$w/mnt" >"$w/s2.json"
 if [ -n "${HOTREQ_TRACE:-}" ]; then
-	tail -n +"$((lines + 1))" "$w/mount.log" | grep -F 'msg="9p request"' | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE"
+	tail -n +"$((lines + 1))" "$w/mount.log" | { grep -F 'msg="9p request"' || true; } | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE"
 	head -n "$lines" "$w/mount.log" | grep -F 'msg="9p request"' | sed 's/^.*msg="9p request" //' >"$HOTREQ_TRACE.first"
 fi
 python3 - "$w/s1.json" "$w/s2.json" <<'PY'
