@@ -33,6 +33,9 @@ type keptLocks struct {
 	mu    sync.Mutex
 	t     lock.Table
 	files map[layer.Token]*keptFile
+	// writers counts the opens for writing under way, per file: the
+	// server may end the delegation as it answers one.
+	writers map[layer.Token]int
 	// srv counts, per file, the lock owners of this client's handles
 	// with locks on the server (handle.owners), and the lock calls on
 	// their way there: while any, none is kept.
@@ -47,11 +50,14 @@ type keptFile struct {
 	pushing chan struct{} // closed when a push ended; nil until one starts
 }
 
-// keepable tells whether a lock call of lk may be kept: a shared lock or
-// an unlock, of a file this client holds a delegation of from a server
-// that takes delegations back for locks.
-func (h *handle) keepable(c *session.Conn, lk *layer.Lock) bool {
-	return lk.Type != syscall.F_WRLCK && c.Caps()&journal.KeepsLocks != 0 && h.fs.wb.Delegated(h.n.tok)
+// keepableLocked tells whether a lock call of lk may be kept: a shared
+// lock or an unlock, of a file this client holds a delegation of from a
+// server that takes delegations back for locks, and opens for writing
+// of none now. Under k.mu, so that a lock the delegation's end did not
+// see is kept before it and pushed with the rest.
+func (h *handle) keepableLocked(c *session.Conn, lk *layer.Lock) bool {
+	return lk.Type != syscall.F_WRLCK && c.Caps()&journal.KeepsLocks != 0 &&
+		h.fs.kept.writers[h.n.tok] == 0 && h.fs.wb.Delegated(h.n.tok)
 }
 
 // setKept serves Setlk here if the file's locks are kept or may be; done
@@ -66,10 +72,10 @@ func (h *handle) setKept(ctx context.Context, owner uint64, lk *layer.Lock) (e l
 	if h.lostLocks() {
 		return syscall.EIO, true
 	}
-	keep := h.keepable(c, lk)
 	for {
 		k.mu.Lock()
 		f := k.files[tok]
+		keep := h.keepableLocked(c, lk)
 		switch {
 		case f != nil && f.pushing != nil:
 			k.mu.Unlock()
@@ -136,10 +142,9 @@ func (h *handle) getKept(ctx context.Context, owner uint64, lk *layer.Lock) (lay
 	}
 	shared := *lk
 	shared.Type = syscall.F_RDLCK
-	keep := h.keepable(c, &shared)
 	k.mu.Lock()
 	f := k.files[tok]
-	if !keep || k.srv[tok] > 0 || f != nil && (f.pushing != nil || f.c != c) {
+	if !h.keepableLocked(c, &shared) || k.srv[tok] > 0 || f != nil && (f.pushing != nil || f.c != c) {
 		k.mu.Unlock()
 		return 0, false
 	}
@@ -256,6 +261,27 @@ func (h *handle) pushLock(ctx context.Context, owner uint64, lk *layer.Lock) boo
 	}
 	h.took(owner, lk.Flock, typ, start, length)
 	return true
+}
+
+// opening is told of an open for writing of tok about to be sent: the
+// server may end this client's delegation as it answers, so the kept
+// locks go there first, and none is kept until the answer is taken
+// (the returned func, called then).
+func (k *keptLocks) opening(ctx context.Context, tok layer.Token) func() {
+	k.mu.Lock()
+	if k.writers == nil {
+		k.writers = map[layer.Token]int{}
+	}
+	k.writers[tok]++
+	k.mu.Unlock()
+	k.push(ctx, tok)
+	return func() {
+		k.mu.Lock()
+		if k.writers[tok]--; k.writers[tok] <= 0 {
+			delete(k.writers, tok)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // pushPath pushes the kept locks of path's files (0: of every file):

@@ -78,7 +78,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if flags&(unix.O_ACCMODE|unix.O_TRUNC) != unix.O_RDONLY {
 		// The server may end this client's delegation as it answers:
 		// the locks kept under it go there first (keptlocks.go).
-		n.fs.kept.push(ctx, n.tok)
+		defer n.fs.kept.opening(ctx, n.tok)()
 	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	if flags&unix.O_TRUNC != 0 {
