@@ -415,7 +415,7 @@ func (f *fileFid) lock(ctx context.Context, m *p9wire.Lock) (p9wire.Message, sys
 	}
 	owner := f.lockOwner(m.ProcID, m.ClientID)
 	if lk.Type != syscall.F_UNLCK {
-		f.c.s.sp.locking(ctx, f.so, f.c, true)
+		f.c.s.sp.locking(ctx, f.so, f.c, m.LockType, true)
 	}
 	switch e := f.h.Setlk(ctx, owner, &lk, false); e {
 	case 0:
@@ -441,7 +441,7 @@ func (f *fileFid) getlock(ctx context.Context, m *p9wire.Getlock) (p9wire.Messag
 	if e != 0 {
 		return nil, e
 	}
-	f.c.s.sp.locking(ctx, f.so, f.c, false)
+	f.c.s.sp.locking(ctx, f.so, f.c, m.LockType, false)
 	if e := f.h.Getlk(ctx, f.lockOwner(m.ProcID, m.ClientID), &lk); e != 0 {
 		return nil, e
 	}

@@ -154,31 +154,35 @@ func (sp *sprite) reclaimDelegations(ctx context.Context, k interestKey, c *conn
 }
 
 // locking is told of a Tlock that takes a lock (takes), or a Tgetlock,
-// through so by c (journal.KeepsLocks): other clients' delegations of
-// the file come back first, with the locks they kept, so that the
-// lock's conflicts are all here. A client answering a Return of the file
-// pushes its kept locks itself: those take nothing back, or two clients
-// pushing at once would wait for each other.
-func (sp *sprite) locking(ctx context.Context, so *spriteOpen, c *conn, takes bool) {
+// of type typ through so by c (journal.KeepsLocks). A write lock, or a
+// test for one, takes back other clients' delegations of the file first,
+// with the locks they kept, so that its conflicts are all here. A read
+// lock need not: kept locks are shared, and conflict with none (and the
+// Tlocks of a client pushing its kept locks, read locks, so never wait
+// for another client's push).
+func (sp *sprite) locking(ctx context.Context, so *spriteOpen, c *conn, typ uint8, takes bool) {
 	if !sp.s.opts.Delegate || so == nil {
 		return
 	}
-	me := c.journal.Load()
-	sp.mu.Lock()
-	st := sp.files[so.k]
-	if st == nil {
+	if takes {
+		sp.mu.Lock()
+		if o := sp.files[so.k].openOf(c); o != nil && !so.locked {
+			so.locked = true
+			o.locks++
+		}
 		sp.mu.Unlock()
-		return
 	}
-	if o := st.opens[c]; takes && o != nil && !so.locked {
-		so.locked = true
-		o.locks++
-	}
-	_, pushing := st.returning[me]
-	sp.mu.Unlock()
-	if !pushing || me == nil {
+	if typ == p9wire.LockWrite {
 		sp.reclaimDelegations(ctx, so.k, c)
 	}
+}
+
+// openOf is c's opens of st, or nil.
+func (st *fstate) openOf(c *conn) *opens {
+	if st == nil {
+		return nil
+	}
+	return st.opens[c]
 }
 
 // reclaimNamed is reclaimDelegations of the file name is in dir, if any.

@@ -110,12 +110,12 @@ const (
 	// make, open or clunk one of its fids, so a client may send a Twalk,
 	// the Tlopen of the fid it makes and more without waiting between.
 	OrdersFids uint32 = 2
-	// KeepsLocks: a Tlock that takes a lock, or a Tgetlock, first takes
-	// back every other client's delegation of the file (Return), and a
-	// file another client's open has locked is not delegated: so a client
-	// may keep the shared locks of a file it holds a delegation of to
-	// itself, and take them to the server (Tlocks) before it answers the
-	// Return (issue 27).
+	// KeepsLocks: a Tlock that takes a write lock, or a Tgetlock of one,
+	// first takes back every other client's delegation of the file
+	// (Return), and a file another client's open has locked is not
+	// delegated: so a client may keep the shared locks of a file it
+	// holds a delegation of to itself, and take them to the server
+	// (Tlocks) before it answers the Return (issue 27).
 	KeepsLocks uint32 = 4
 )
 

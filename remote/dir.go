@@ -26,6 +26,7 @@ type dir struct {
 	keep  bool
 	all   []layer.DirEntry
 	touch bool // the first Treaddir moves the directory's atime
+	quiet bool // a refresh's (refresh.go): no lookups ahead
 	// timesMoved: it did, at movedAt, and the cached atime is not moved yet.
 	timesMoved bool
 	movedAt    time.Time
@@ -72,7 +73,7 @@ func (d *dir) Next(ctx context.Context) (layer.DirEntry, bool, layer.Errno) {
 		// A server that fills its replies ended the listing with one
 		// that has room left for another entry: no Treaddir for nothing.
 		d.eof = len(d.buf) == 0 || c.Caps()&journal.FillsReaddir != 0 && len(r.Data)+journal.MaxDirent <= count
-		if len(d.buf) > 0 && d.h.fs.cc.On.Load() {
+		if len(d.buf) > 0 && d.h.fs.cc.On.Load() && !d.quiet {
 			if d.ahead == nil {
 				d.ahead = &ahead{n: d.h.n}
 				d.h.n.listing.Store(d.ahead)

@@ -35,7 +35,7 @@ type keptLocks struct {
 	files map[layer.Token]*keptFile
 	// writers counts the opens for writing under way, per file: the
 	// server may end the delegation as it answers one.
-	writers map[layer.Token]int
+	writers map[uint64]int
 	// srv counts, per file, the lock owners of this client's handles
 	// with locks on the server (handle.owners), and the lock calls on
 	// their way there: while any, none is kept.
@@ -57,7 +57,7 @@ type keptFile struct {
 // see is kept before it and pushed with the rest.
 func (h *handle) keepableLocked(c *session.Conn, lk *layer.Lock) bool {
 	return lk.Type != syscall.F_WRLCK && c.Caps()&journal.KeepsLocks != 0 &&
-		h.fs.kept.writers[h.n.tok] == 0 && h.fs.wb.Delegated(h.n.tok)
+		h.fs.kept.writers[h.n.tok.Ino] == 0 && h.fs.wb.Delegated(h.n.tok)
 }
 
 // setKept serves Setlk here if the file's locks are kept or may be; done
@@ -223,6 +223,14 @@ func (k *keptLocks) push(ctx context.Context, tok layer.Token) {
 		waitPush(ctx, f)
 		return
 	}
+	if !f.c.Alive() {
+		// Kept on a connection gone since: lost with it, not moved to
+		// the new one (the server may have given the delegation up
+		// meanwhile, and another client locked the file).
+		k.mu.Unlock()
+		k.lose(tok)
+		return
+	}
 	f.pushing = make(chan struct{})
 	hs := k.t.Take(tok)
 	k.mu.Unlock()
@@ -263,22 +271,30 @@ func (h *handle) pushLock(ctx context.Context, owner uint64, lk *layer.Lock) boo
 	return true
 }
 
-// opening is told of an open for writing of tok about to be sent: the
+// opening is told of an open for writing of path about to be sent: the
 // server may end this client's delegation as it answers, so the kept
 // locks go there first, and none is kept until the answer is taken
 // (the returned func, called then).
-func (k *keptLocks) opening(ctx context.Context, tok layer.Token) func() {
+func (k *keptLocks) opening(ctx context.Context, path uint64) func() {
 	k.mu.Lock()
 	if k.writers == nil {
-		k.writers = map[layer.Token]int{}
+		k.writers = map[uint64]int{}
 	}
-	k.writers[tok]++
+	k.writers[path]++
+	var toks []layer.Token
+	for tok := range k.files {
+		if tok.Ino == path {
+			toks = append(toks, tok)
+		}
+	}
 	k.mu.Unlock()
-	k.push(ctx, tok)
+	for _, tok := range toks {
+		k.push(context.WithoutCancel(ctx), tok)
+	}
 	return func() {
 		k.mu.Lock()
-		if k.writers[tok]--; k.writers[tok] <= 0 {
-			delete(k.writers, tok)
+		if k.writers[path]--; k.writers[path] <= 0 {
+			delete(k.writers, path)
 		}
 		k.mu.Unlock()
 	}

@@ -110,6 +110,14 @@ func (n *node) Link(ctx context.Context, target layer.Node, name string, out *la
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *layer.Attr) (layer.Node, layer.Handle, layer.Errno) {
+	if flags&unix.O_EXCL == 0 {
+		// It may open a file that is there for writing, which may end
+		// this client's delegation of it: its kept locks go first
+		// (keptlocks.go), those of the files the name is known for.
+		for _, p := range n.known(name) {
+			defer n.fs.kept.opening(ctx, p)()
+		}
+	}
 	c, dfid, id, done, e := n.useDir(ctx, name)
 	defer done()
 	if e != 0 {

@@ -78,7 +78,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 	if flags&(unix.O_ACCMODE|unix.O_TRUNC) != unix.O_RDONLY {
 		// The server may end this client's delegation as it answers:
 		// the locks kept under it go there first (keptlocks.go).
-		defer n.fs.kept.opening(ctx, n.tok)()
+		defer n.fs.kept.opening(ctx, n.tok.Ino)()
 	}
 	defer n.fs.wb.OpenLock(n.tok.Ino)()
 	if flags&unix.O_TRUNC != 0 {
@@ -132,11 +132,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 }
 
 func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
-	id := identOf(ctx)
+	return n.openDir(ctx, identOf(ctx).uid, whoOf(ctx), false)
+}
+
+// openDir opens the directory for uid, acting as who; quiet, for a
+// refresh, it starts no lookups ahead.
+func (n *node) openDir(ctx context.Context, uid, who uint32, quiet bool) (layer.DirStream, layer.Errno) {
 	cc := n.fs.cc
 	since := cc.Snap()
 	touch := cc.Touches(n.tok.Ino)
-	ents, listed := cc.Listing(n.tok.Ino, id.uid)
+	ents, listed := cc.Listing(n.tok.Ino, uid)
 	if listed {
 		// Listed by this user before (so it may), and cached. If the
 		// listing moves the atime (relatime), the directory opens on the
@@ -147,7 +152,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 		} else {
 			n.fs.hit(kindDir)
 		}
-		return &cachedDir{ents: ents, since: since, touch: touch, h: &handle{n: n, fs: n.fs, uid: id.uid, who: whoOf(ctx), flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
+		return &cachedDir{ents: ents, since: since, touch: touch, h: &handle{n: n, fs: n.fs, uid: uid, who: who, flags: unix.O_RDONLY | unix.O_DIRECTORY}}, 0
 	}
 	n.fs.miss(kindDir)
 	c, e := n.fs.ss.Conn(ctx)
@@ -155,7 +160,6 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 		return nil, e
 	}
 	flags := uint32(unix.O_RDONLY | unix.O_DIRECTORY)
-	who := whoOf(ctx)
 	// The first Treaddir goes with the open, in its round trip: the
 	// kernel's READDIR follows.
 	first := &p9wire.DataReply{T: p9wire.Treaddir}
@@ -168,7 +172,7 @@ func (n *node) OpenDir(ctx context.Context) (layer.DirStream, layer.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	d := &dir{h: &handle{n: n, fs: n.fs, uid: id.uid, who: who, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch}
+	d := &dir{h: &handle{n: n, fs: n.fs, uid: uid, who: who, flags: flags, c: c, fid: fid, iounit: iounit}, since: since, keep: true, touch: touch, quiet: quiet}
 	if ride.Sent && ride.Err == nil {
 		d.first, d.firstCount = first, count
 	}

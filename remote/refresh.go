@@ -19,8 +19,9 @@ import (
 // directory after it was asked (the cache's snapshot); a stat or listing
 // before it asks as before. The pause (refreshAfter) makes a burst of
 // changes (cp -r, rm -r) cost one refresh, not one each. The listing is
-// read as the user whose change dropped it, and moves the directory's
-// atime on the server as any listing does.
+// read as the user whose change dropped it (with the credentials of
+// that change), and moves the directory's atime on the server as any
+// listing does; it starts no lookups ahead.
 
 const refreshAfter = 50 * time.Millisecond
 
@@ -33,10 +34,14 @@ type refreshes struct {
 
 type refresh struct {
 	t *time.Timer
-	// list, if not nil, is the context of a change that dropped a
-	// listing cached for its user: the listing is read again as that
-	// user.
-	list context.Context
+	// list: a change dropped a listing cached for its user, uid (acting
+	// as who): the listing is read again as that user.
+	list     bool
+	uid, who uint32
+	// running: the refresh is under way; again: a change came meanwhile,
+	// and it runs again after the pause. The entry goes once a run had
+	// no change under it.
+	running, again bool
 }
 
 // ownEntryChanged drops what the cache holds of name in directory n
@@ -55,18 +60,21 @@ func (n *node) ownEntryChanged(ctx context.Context, name string) {
 		r.after = refreshAfter
 	}
 	f := r.dirs[n.tok]
-	if f == nil {
+	switch {
+	case f == nil:
 		if r.dirs == nil {
 			r.dirs = map[layer.Token]*refresh{}
 		}
 		f = &refresh{}
 		f.t = time.AfterFunc(r.after, func() { n.refresh(f) })
 		r.dirs[n.tok] = f
-	} else {
+	case f.running:
+		f.again = true
+	default:
 		f.t.Reset(r.after)
 	}
 	if listed {
-		f.list = context.WithoutCancel(ctx)
+		f.list, f.uid, f.who = true, identOf(ctx).uid, whoOf(ctx)
 	}
 }
 
@@ -74,11 +82,20 @@ func (n *node) ownEntryChanged(ctx context.Context, name string) {
 func (n *node) refresh(f *refresh) {
 	r := &n.fs.refresh
 	r.mu.Lock()
-	if r.dirs[n.tok] == f {
-		delete(r.dirs, n.tok)
-	}
-	list := f.list
+	f.running = true
+	list, uid, who := f.list, f.uid, f.who
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		f.running = false
+		if f.again && !n.fs.ss.Closed() {
+			f.again = false
+			f.t.Reset(r.after)
+		} else {
+			delete(r.dirs, n.tok)
+		}
+	}()
 	fs := n.fs
 	if fs.ss.Closed() {
 		return
@@ -90,22 +107,20 @@ func (n *node) refresh(f *refresh) {
 		var a layer.Attr
 		n.fetchAttr(ctx, nil, &a, fs.cc.Snap())
 	}
-	if list == nil {
+	if !list {
 		return
 	}
-	if _, ok := fs.cc.Listing(n.tok.Ino, identOf(list).uid); ok {
+	if _, ok := fs.cc.Listing(n.tok.Ino, uid); ok {
 		return
 	}
 	fs.ctr.listsRefreshed.Add(1)
-	list, cancel = context.WithTimeout(list, fs.timeout)
-	defer cancel()
-	d, e := n.OpenDir(list)
+	d, e := n.openDir(ctx, uid, who, true)
 	if e != 0 {
 		return
 	}
 	defer d.Close()
 	for {
-		if _, more, e := d.Next(list); !more || e != 0 {
+		if _, more, e := d.Next(ctx); !more || e != 0 {
 			return
 		}
 	}

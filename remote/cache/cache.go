@@ -264,13 +264,16 @@ func (c *Cache) DropData(path, off, n uint64) {
 // capability is the extended attribute a write removes.
 const capability = "security.capability"
 
-// DropEntry forgets name in directory path, its listing and attributes.
+// DropEntry forgets name in directory path, its listing and attributes
+// (its mtime and ctime moved). Who may search and list it stays: a
+// change of its names leaves its mode, owner and ACL as they were (a
+// change of those comes as an Attrs record: DropAttrs).
 func (c *Cache) DropEntry(path uint64, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
 	if e := c.ents[path]; e != nil {
-		e.dropAttrLocked()
+		e.hasAttr = false
 		delete(e.names, name)
 		e.list, e.hasList = nil, false
 	}

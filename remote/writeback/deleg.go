@@ -60,6 +60,7 @@ func (w *Files) Return(path, seq uint64, push func(path uint64)) {
 	for _, sf := range w.sfilesOf(path) {
 		sf.vmu.Lock()
 		sf.deleg = false
+		sf.uncaches++ // an open's answer it crossed grants nothing
 		for h := range sf.handles {
 			hs = append(hs, h)
 		}

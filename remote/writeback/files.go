@@ -190,7 +190,7 @@ type sfile struct {
 	vmu      sync.Mutex
 	version  uint32
 	known    bool            // version is the server's, as of our last open
-	uncaches uint64          // Uncache records applied: one that crossed an open's answer wins
+	uncaches uint64          // Uncache and Return records applied: one that crossed an open's answer wins
 	handles  map[Writer]bool // this client's open handles; true: it may write
 	uncached atomic.Bool     // write-shared: no caching of its data (read without a lock)
 	deleg    bool            // this client holds a read delegation of it (deleg.go)

@@ -15,8 +15,10 @@ func (w *Files) Uncached(tok layer.Token) bool {
 	return sf != nil && sf.uncached.Load()
 }
 
-// Uncaches is path's count of Uncache records, taken before an open is
-// sent (Opened's since).
+// Uncaches is path's count of Uncache and Return records, taken before
+// an open is sent (Opened's since): one that crossed the open's answer
+// wins over it (the file stays uncached; a delegation the answer granted
+// was taken back already).
 func (w *Files) Uncaches(tok layer.Token) uint64 {
 	sf := w.sfileOf(tok, false)
 	if sf == nil {
@@ -74,7 +76,7 @@ func (w *Files) Opened(tok layer.Token, h Writer, vers uint32, write bool, since
 		if write {
 			sf.deleg = false // the server took it back as it answered
 		}
-	case !sf.deleg:
+	case !sf.deleg && sf.uncaches == since:
 		// Granted at an open for writing too, when no other client
 		// has the file open: this client's later opens for reading
 		// need no request.
@@ -127,7 +129,7 @@ func (w *Files) Reopened(tok layer.Token, vers uint32, since uint64) {
 	}
 	sf := w.openState(tok)
 	sf.version, sf.known = journal.VersionOf(vers), true
-	if vers&journal.Delegated != 0 && !sf.deleg {
+	if vers&journal.Delegated != 0 && !sf.deleg && sf.uncaches == since {
 		sf.deleg = true
 		w.Ctr.Delegations.Add(1)
 	}
