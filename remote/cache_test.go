@@ -140,7 +140,7 @@ func TestFetchRace(t *testing.T) {
 func TestReusedInodeNumber(t *testing.T) {
 	_, c, _ := testCache(t)
 	fill(c) // path 2, generation 1: "x"s
-	c.Grant(c.Snap(), 2, 0, false)
+	c.Grant(c.Snap(), 2, 0, 0, false)
 	if !c.MayRead(2, 1, 0) {
 		t.Fatal("no read grant for the file opened")
 	}

@@ -160,7 +160,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		// The server made the file as the caller (it owns it), whose
 		// access is the mode's owner bits, ACL or not: its first open
 		// for reading need not ask (cache.Grant).
-		n.fs.cc.Grant(since, ch.tok.Ino, id.uid, false)
+		n.fs.cc.Grant(since, ch.tok.Ino, ch.tok.Gen, id.uid, false)
 	}
 	if e != 0 {
 		// Gone or replaced already: the node is the file we opened, with

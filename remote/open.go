@@ -126,7 +126,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (layer.Handle, layer.Errn
 		cc.DropData(n.tok.Ino, 0, 0)
 		n.fs.wb.Truncated(n.tok, 0)
 	} else if flags&unix.O_ACCMODE != unix.O_WRONLY {
-		cc.Grant(since, n.tok.Ino, id.uid, false)
+		cc.Grant(since, n.tok.Ino, n.tok.Gen, id.uid, false)
 	}
 	return h, 0
 }

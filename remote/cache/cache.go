@@ -244,13 +244,16 @@ func (c *Cache) AtimeMoved(path uint64, at time.Time) {
 
 // DropData forgets the attributes, the data in [off, off+n), and the
 // extended attribute a write removes (the server's kernel kills
-// security.capability) with a list that names it; others stay.
+// security.capability) with a list that names it; others stay. Who may
+// read the file stays: a write leaves its permission bits, owner and ACL
+// as they were (a write-back of the creator's output dropped the grant
+// its create made, and the next open for reading asked the server).
 func (c *Cache) DropData(path, off, n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tickLocked(path)
 	if e := c.ents[path]; e != nil {
-		e.dropAttrLocked()
+		e.hasAttr = false
 		c.dropDataLocked(e, off, n)
 		if x, ok := e.xattrs[capability]; ok && !x.Absent {
 			delete(e.xattrs, capability)

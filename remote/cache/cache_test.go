@@ -64,3 +64,29 @@ func TestDiskSaveRestore(t *testing.T) {
 		t.Fatal("a state saved without a journal was restored")
 	}
 }
+
+// Who may read a file survives a change of its data (a write cannot
+// change its permission bits, owner or ACL), not one of its attributes;
+// and a grant names the file's generation, so that a new file reusing a
+// cached one's inode number gets it, not the old file's entry.
+func TestReadGrants(t *testing.T) {
+	c := New(100, NewMemBlocks(1<<20))
+	c.On.Store(true)
+	c.PutAttr(c.Snap(), 7, 1, &layer.Attr{Mode: 0o100644})
+	c.Grant(c.Snap(), 7, 2, 1000, false) // a new file, number 7 again
+	c.PutAttr(c.Snap(), 7, 2, &layer.Attr{Mode: 0o100644, Size: 3})
+	if !c.MayRead(7, 2, 1000) {
+		t.Fatal("the new file's grant went with the old file's entry")
+	}
+	c.DropData(7, 0, 0)
+	if !c.MayRead(7, 2, 1000) {
+		t.Fatal("a write dropped who may read the file")
+	}
+	if _, _, ok := c.Attr(7); ok {
+		t.Fatal("a write left the attributes cached")
+	}
+	c.DropAttrs(7)
+	if c.MayRead(7, 2, 1000) {
+		t.Fatal("a change of attributes (a chmod) left who may read the file")
+	}
+}

@@ -13,9 +13,12 @@ func addUid(s []uint32, uid uint32) []uint32 {
 	return append(s, uid)
 }
 
-// Grant keeps that uid may list (directories) or read (files) path.
-func (c *Cache) Grant(since, path uint64, uid uint32, list bool) {
-	c.put(since, path, 0, func(e *centry) {
+// Grant keeps that uid may list (directories) or read (files) path, of
+// generation gen (0: whatever is cached; a file that reuses the inode
+// number of one cached must say its own, or the grant goes with the
+// old file's entry).
+func (c *Cache) Grant(since, path, gen uint64, uid uint32, list bool) {
+	c.put(since, path, gen, func(e *centry) {
 		if list {
 			e.lister = addUid(e.lister, uid)
 		} else {
