@@ -104,15 +104,25 @@ func TestSQLiteAcrossClients(t *testing.T) {
 	if _, err := exec.LookPath("sqlite3"); err != nil {
 		t.Fatalf("sqlite3 is missing (scripts/setup.sh installs it): %v", err)
 	}
-	for _, mode := range []string{"delete", "wal"} {
-		t.Run(mode, func(t *testing.T) {
-			_, _, url := cacheServer(t, 0)
+	// delete-delegate: with delegations, the readers' shared locks are
+	// kept on B (keptlocks.go) and A's writes take them back.
+	for _, name := range []string{"delete", "wal", "delete-delegate"} {
+		mode, delegate := strings.CutSuffix(name, "-delegate")
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			if delegate {
+				args = []string{"--delegate"}
+			}
+			_, _, url := cacheServer(t, 0, args...)
 			a, b := mount(t, url), mount(t, url)
 			w := startSqlite(t, filepath.Join(a, "db"))
 			if got := strings.TrimSpace(w.do("PRAGMA journal_mode=" + mode + ";")); got != mode {
 				t.Fatalf("journal_mode %s: sqlite3 said %q", mode, got)
 			}
 			w.do("CREATE TABLE t(id INTEGER PRIMARY KEY, c INT, pad BLOB);")
+			if delegate {
+				w.close()
+			}
 			var right, failed, wrong int
 			for c := 1; c <= sqliteCommits; c++ {
 				var s strings.Builder
@@ -121,7 +131,15 @@ func TestSQLiteAcrossClients(t *testing.T) {
 					fmt.Fprintf(&s, "INSERT INTO t(c, pad) VALUES(%d, randomblob(100));\n", c)
 				}
 				s.WriteString("COMMIT;")
-				w.do(s.String())
+				if delegate {
+					// A process a commit: between them A has the
+					// database closed, and B's reads are delegated.
+					if out, ok := sqliteOnce(filepath.Join(a, "db"), s.String()); !ok {
+						t.Fatalf("commit %d on A: %s", c, out)
+					}
+				} else {
+					w.do(s.String())
+				}
 				// A's commit returned: B's next open of the database
 				// sees it, or fails saying why.
 				out, ok := sqliteOnce(filepath.Join(b, "db"), "SELECT count(*), max(c) FROM t;\n")
@@ -138,7 +156,15 @@ func TestSQLiteAcrossClients(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%s: of %d reads on B after A's commits: %d right, %d failed with a disk I/O error, %d wrong", mode, sqliteCommits, right, failed, wrong)
+			t.Logf("%s: of %d reads on B after A's commits: %d right, %d failed with a disk I/O error, %d wrong", name, sqliteCommits, right, failed, wrong)
+			if delegate {
+				// B's reads take and let go a shared lock each, at least.
+				kept := num(spriteStats(t, b), "locks_kept")
+				t.Logf("%s: B's lock calls kept under delegations: %v", name, kept)
+				if kept < 2*sqliteCommits {
+					t.Errorf("%s: B kept %v lock calls in %d reads: the delegations were not used", name, kept, sqliteCommits)
+				}
+			}
 			if mode == "delete" && right != sqliteCommits {
 				t.Errorf("rollback-journal mode: %d of %d reads on B right, want all", right, sqliteCommits)
 			}
