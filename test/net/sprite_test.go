@@ -711,6 +711,7 @@ func TestSpriteFsyncSurvivesServerKill(t *testing.T) {
 				"--size=8m", "--bs=4k", "--rw=randwrite", "--ioengine=psync", "--fsync=16",
 				"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--thread")
 			cmd.Stdout, cmd.Stderr = &fioOut, &fioOut
+			cmd.Dir = t.TempDir() // fio writes its verify state to its cwd, not the tree
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
