@@ -29,7 +29,9 @@
 #               clients with --write-delay 30s), wt (the same with
 #               --write-delay 0: write-through), off (shale serve
 #               --sprite=false: Network II's caching client, no Sprite
-#               rules; not in the default) (default local,delay,wt)
+#               rules; not in the default), deleg (delay with shale serve
+#               --delegate: delegations, locks kept under them; not in
+#               the default) (default local,delay,wt)
 #   -F FILES    .c files in the generated tree (default 24)
 #   -j JOBS     make -j (default 2)
 #   -t SECS     a step that runs longer is stopped and reported as
@@ -111,7 +113,7 @@ for l in "${rttlist[@]}"; do
 	[[ $l =~ ^[0-9]+$ ]] || { echo "sprite.sh: -l wants whole milliseconds, got '$l'" >&2; exit 2; }
 done
 for s in "${syslist[@]}"; do
-	[[ $s =~ ^(local|delay|wt|off)$ ]] || { echo "sprite.sh: unknown system '$s' (local, delay, wt, off)" >&2; exit 2; }
+	[[ $s =~ ^(local|delay|wt|off|deleg)$ ]] || { echo "sprite.sh: unknown system '$s' (local, delay, wt, off, deleg)" >&2; exit 2; }
 done
 # One line, and a non-zero exit, for a missing tool.
 for t in gcc make ar jq ss timeout pgrep go; do
@@ -275,7 +277,7 @@ gen_tree "$tmp/tree" "$files"
 # clients' mount flags and url to what they mount.
 opts=() url="" sport=""
 start_row() {
-	local r=$1 lower=$work/$1/lower sprite=true
+	local r=$1 lower=$work/$1/lower sprite=true serveflags=()
 	use_build "$r"
 	mkdir -p "$lower/tmp" "$work/$r/a" "$work/$r/b"
 	STEPLOG=$tmp/steps/$rep-$r
@@ -285,11 +287,12 @@ start_row() {
 	case ${r/@base/} in
 	local) url=$lower opts=(); return ;;
 	delay-*) opts=(--write-delay 30s) ;;
+	deleg-*) opts=(--write-delay 30s) serveflags=(--delegate) ;;
 	wt-*) opts=(--write-delay 0) ;;
 	off-*) opts=() sprite=false ;;
 	esac
 	# Root unsquashed: make runs as root.
-	serve_delayed "$r" "$lower" "$tmp/serve-$r.log" --sprite="$sprite" --no-root-squash
+	serve_delayed "$r" "$lower" "$tmp/serve-$r.log" --sprite="$sprite" --no-root-squash "${serveflags[@]}"
 	url=$served_url
 }
 

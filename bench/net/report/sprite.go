@@ -20,7 +20,7 @@ import (
 // dirty_bytes, opens, opens_stale, opens_nocache, recalls, uncaches,
 // wb_REASON); s_KEY for the server's sprite.KEY lines (opens,
 // opens.recall, opens.shared, …). Rows: local, and SYSTEM-RTTms with
-// SYSTEM delay, wt or off.
+// SYSTEM delay, wt, off or deleg.
 type spriteRun map[string]string
 
 // num is the run's value of key; false if it is missing or not a number.
@@ -306,7 +306,7 @@ func spriteTitle(r string) string {
 		return "loop view (local)"
 	}
 	sys, base := onBase(sys)
-	name := map[string]string{"delay": "delayed write 30 s", "wt": "write-through", "off": "--sprite=false"}[sys]
+	name := map[string]string{"delay": "delayed write 30 s", "wt": "write-through", "off": "--sprite=false", "deleg": "delayed write 30 s, --delegate"}[sys]
 	t := fmt.Sprintf("%s, %s ms", name, strings.TrimSuffix(rtt, "ms"))
 	if base {
 		t += " (base)"
