@@ -17,7 +17,8 @@ import (
 // server, its shared locks of it (F_RDLCK, LOCK_SH) and their unlocks
 // are kept here, in a table of its own, with no request: the server
 // takes every other client's delegation of the file back before it
-// grants or answers a lock of it, and delegates no file another client
+// grants a write lock of it or answers a test for one (a read lock
+// conflicts with no kept lock), and delegates no file another client
 // has locked, so no conflicting lock can be taken meanwhile. The kept
 // locks go to the server (pushed: a Tlock each, through the handle that
 // took it) before this client answers a Return, before its own open for
