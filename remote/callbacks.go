@@ -272,7 +272,7 @@ func (j *jreader) apply(r *journal.Record) {
 		fs.wb.Follow(tok)
 	case r.Kind == journal.Return:
 		// Its handles open on the server: not on the journal's reader.
-		go fs.wb.Return(path, r.Seq, fs.kept.pushPath)
+		go fs.wb.Return(path, r.Seq, func(path uint64) { fs.kept.pushPath(context.Background(), path) })
 	case r.Kind == journal.Reset || r.Kind != journal.Change:
 		fs.undelegate(0)
 		cc.DropAll()

@@ -282,16 +282,8 @@ func (k *keptLocks) opening(ctx context.Context, path uint64) func() {
 		k.writers = map[uint64]int{}
 	}
 	k.writers[path]++
-	var toks []layer.Token
-	for tok := range k.files {
-		if tok.Ino == path {
-			toks = append(toks, tok)
-		}
-	}
 	k.mu.Unlock()
-	for _, tok := range toks {
-		k.push(context.WithoutCancel(ctx), tok)
-	}
+	k.pushPath(ctx, path)
 	return func() {
 		k.mu.Lock()
 		if k.writers[path]--; k.writers[path] <= 0 {
@@ -301,19 +293,23 @@ func (k *keptLocks) opening(ctx context.Context, path uint64) func() {
 	}
 }
 
-// pushPath pushes the kept locks of path's files (0: of every file):
-// their delegation ended without a Return.
-func (k *keptLocks) pushPath(path uint64) {
+// pathKept is the files of path (0: every file) with kept locks.
+func (k *keptLocks) pathKept(path uint64) []layer.Token {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	var toks []layer.Token
 	for tok := range k.files {
 		if path == 0 || tok.Ino == path {
 			toks = append(toks, tok)
 		}
 	}
-	k.mu.Unlock()
-	for _, tok := range toks {
-		k.push(context.Background(), tok)
+	return toks
+}
+
+// pushPath pushes the kept locks of path's files (0: of every file).
+func (k *keptLocks) pushPath(ctx context.Context, path uint64) {
+	for _, tok := range k.pathKept(path) {
+		k.push(context.WithoutCancel(ctx), tok)
 	}
 }
 
@@ -322,15 +318,8 @@ func (k *keptLocks) pushPath(path uint64) {
 // On the journal's reader: the push, which takes requests, goes apart.
 func (fs *FS) undelegate(path uint64) {
 	fs.wb.Undelegate(path)
-	k := &fs.kept
-	k.mu.Lock()
-	kept := false
-	for tok := range k.files {
-		kept = kept || path == 0 || tok.Ino == path
-	}
-	k.mu.Unlock()
-	if kept {
-		go k.pushPath(path)
+	if len(fs.kept.pathKept(path)) > 0 {
+		go fs.kept.pushPath(context.Background(), path)
 	}
 }
 
